@@ -1,0 +1,122 @@
+// The .sqdk weight file (spec: engine/FORMAT.md): model configuration, tensor directory, memory-mapped data.
+//
+// WeightFile::open maps the file read-only and validates everything before returning: header, config, directory,
+// bounds, alignment, overlap, sizes and (unless disabled) each tensor's CRC-32. Nothing is trusted; every failure is
+// a sqrtdk::Error naming the file, the tensor and what was expected. After open() the object is immutable.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace sqrtdk {
+
+enum class Arch : uint32_t { gpt2 = 0, llama = 1 };
+enum class DType : uint8_t { f32 = 0, f16 = 1, bf16 = 2 };
+enum class TokenizerKind : uint32_t { none = 0, byte_level = 1 };
+
+const char* arch_name(Arch arch);        // "gpt2", "llama"
+Arch parse_arch(std::string_view name);  // throws sqrtdk::Error for an unknown name
+const char* dtype_name(DType dtype);     // "f32", "f16", "bf16"
+DType parse_dtype(std::string_view name);
+size_t dtype_size(DType dtype);  // bytes per element
+
+inline constexpr uint32_t kNoToken = 0xFFFFFFFFu;
+
+// The model blueprint (llama2.c's Config): every dimension the executor needs.
+struct ModelConfig {
+  Arch arch = Arch::llama;
+  uint32_t d_model = 0;     // residual stream width
+  uint32_t n_layers = 0;    // transformer blocks
+  uint32_t n_heads = 0;     // query heads
+  uint32_t n_kv_heads = 0;  // key/value heads; divides n_heads (grouped-query attention)
+  uint32_t head_dim = 0;    // per-head width
+  uint32_t d_ff = 0;        // feed-forward hidden width
+  uint32_t n_vocab = 0;     // vocabulary size
+  uint32_t max_seq = 0;     // longest context
+  float norm_eps = 1e-5f;
+  float rope_theta = 10000.0f;  // llama only
+  bool tied_embeddings = false;  // output head reuses tok_emb
+  bool rope_interleaved = false;  // RoPE on (2i, 2i+1) pairs; else rotate-half (Hugging Face)
+  TokenizerKind tokenizer = TokenizerKind::none;
+  uint32_t bos_id = kNoToken;
+  uint32_t eos_id = kNoToken;
+
+  // Throws sqrtdk::Error (prefixed with `where`) if the values make no sense together.
+  void validate(const std::string& where) const;
+  // Parameter count implied by the config (for reports).
+  uint64_t n_params() const;
+};
+
+struct TensorInfo {
+  std::string name;
+  DType dtype = DType::f32;
+  std::vector<uint64_t> shape;  // outermost first
+  uint64_t offset = 0;          // absolute file offset
+  uint64_t size = 0;            // bytes
+  uint32_t crc32 = 0;
+  uint64_t n_elements() const;
+  std::string shape_string() const;  // "[768, 2304]"
+};
+
+struct LoadOptions {
+  bool verify_checksums = true;  // CRC-32 of each tensor; false skips it (faster load of trusted files)
+};
+
+class WeightFile {
+ public:
+  // Maps and validates `path`. Throws sqrtdk::Error on any problem.
+  static std::shared_ptr<const WeightFile> open(const std::string& path, const LoadOptions& options = {});
+  ~WeightFile();
+  WeightFile(const WeightFile&) = delete;
+  WeightFile& operator=(const WeightFile&) = delete;
+
+  const std::string& path() const { return path_; }
+  const ModelConfig& config() const { return config_; }
+  const std::vector<TensorInfo>& tensors() const { return tensors_; }
+  uint64_t file_size() const { return file_size_; }
+  bool checksums_verified() const { return checksums_verified_; }
+
+  // nullptr if absent.
+  const TensorInfo* find(std::string_view name) const;
+  // Throws sqrtdk::Error naming the file and tensor if absent, or if its shape differs from `expected_shape`.
+  const TensorInfo& require(std::string_view name, const std::vector<uint64_t>& expected_shape) const;
+  // The tensor's bytes inside the mapping (read-only, 64-byte aligned).
+  const void* data(const TensorInfo& tensor) const;
+  // Converts the tensor to f32 into dst (n_elements() floats); f16 and bf16 are widened.
+  void read_f32(const TensorInfo& tensor, float* dst) const;
+
+ private:
+  WeightFile() = default;
+  std::string path_;
+  ModelConfig config_;
+  std::vector<TensorInfo> tensors_;
+  uint64_t file_size_ = 0;
+  bool checksums_verified_ = false;
+  const unsigned char* map_ = nullptr;
+};
+
+// Writes a .sqdk file (the C++ reference writer; byte-identical to tools/sqdk.py for the same content).
+// Writes to a temporary file beside `path`, fsyncs, then renames, so a killed writer never leaves a partial file
+// under the final name.
+struct TensorToWrite {
+  std::string name;
+  DType dtype = DType::f32;
+  std::vector<uint64_t> shape;
+  const void* data = nullptr;  // product(shape) elements of dtype, little-endian
+};
+void write_weight_file(const std::string& path, const ModelConfig& config, const std::vector<TensorToWrite>& tensors);
+
+// CRC-32 (ISO-HDLC; the same value as Python's zlib.crc32).
+uint32_t crc32(const void* data, size_t size, uint32_t crc = 0);
+
+// f16/bf16 <-> f32 conversions (round to nearest even when narrowing).
+float f16_to_f32(uint16_t h);
+uint16_t f32_to_f16(float f);
+float bf16_to_f32(uint16_t h);
+uint16_t f32_to_bf16(float f);
+
+}  // namespace sqrtdk

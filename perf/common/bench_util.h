@@ -1,0 +1,70 @@
+// Shared benchmark helpers for perf/bench_*.cpp: timing with medians, the machine's measured roofs (FMA peak per
+// ISA and thread count, DRAM read bandwidth), and output as a readable table or one JSON document (--json).
+//
+// Figures are measured in the same run as the comparisons they anchor (DEVELOPERS.md: ratios measured in one run).
+#pragma once
+
+#include <sqrtdk/isa.h>
+
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <cstddef>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace sqrtdk::perf {
+
+// Common flags of every benchmark: --json, --smoke (one tiny run, for CI), --reps N, --threads LIST.
+struct BenchArgs {
+  bool json = false;
+  bool smoke = false;
+  int reps = 7;
+  std::vector<int> threads = {1, 2};
+  std::vector<std::string> rest;  // arguments the benchmark parses itself
+  // Parses argv; prints --help text (`usage` first) and exits 0 on --help, exits 1 on a bad value.
+  static BenchArgs parse(int argc, char** argv, const std::string& usage);
+};
+
+double now_seconds();
+
+// Runs `fn` once to warm up, then `reps` times; returns the median seconds per run. If a run is shorter than
+// `min_seconds`, it is repeated within one timed sample and the mean taken (so tiny kernels time accurately).
+double median_seconds(const std::function<void()>& fn, int reps, double min_seconds = 0.01);
+
+double median(std::vector<double> v);
+
+// Peak FP32 FMA GFLOP/s of `isa` with `n_threads` threads (independent-accumulator FMA loop; ref: scalar FMA loop).
+double measure_fma_peak_gflops(Isa isa, int n_threads, bool smoke = false);
+// DRAM read bandwidth in GB/s with `n_threads` threads (sums a 1 GiB array; 64 MiB with smoke).
+double measure_read_bandwidth_gbs(int n_threads, bool smoke = false);
+
+// Per-thread kernels behind measure_fma_peak_gflops, one per ISA TU (perf/common/peak_<isa>.cpp).
+float fma_loop_ref(long iterations);
+float fma_loop_avx2(long iterations);    // 16 FMA per iteration chain-free: 10 ymm accumulators
+float fma_loop_avx512(long iterations);  // 10 zmm accumulators
+double flops_per_iteration(Isa isa);
+// Read loops behind measure_read_bandwidth_gbs (sum of src[0, n)).
+float read_loop_ref(const float* src, size_t n);
+float read_loop_avx2(const float* src, size_t n);
+float read_loop_avx512(const float* src, size_t n);
+
+// A simple fixed-width text table.
+class Table {
+ public:
+  explicit Table(std::vector<std::string> header) : header_(std::move(header)) {}
+  void add(std::vector<std::string> row) { rows_.push_back(std::move(row)); }
+  std::string str() const;
+
+ private:
+  std::vector<std::string> header_;
+  std::vector<std::vector<std::string>> rows_;
+};
+
+std::string fmt(double v, int precision = 1);
+
+// Machine description for JSON output: CPU model name, ISA, core count, date.
+nlohmann::json machine_json();
+
+}  // namespace sqrtdk::perf

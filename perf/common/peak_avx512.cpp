@@ -1,0 +1,43 @@
+// FMA peak loop for avx512: 10 independent accumulators (FMA latency 4 cycles x 2 pipes = 8 in flight needed; 10
+// leaves margin and no register spills). Compiled with avx512 flags only.
+#include "perf/common/bench_util.h"
+
+#include <immintrin.h>
+
+namespace sqrtdk::perf {
+
+float fma_loop_avx512(long iterations) {
+  const __m512 a = _mm512_set1_ps(0.999999f), b = _mm512_set1_ps(1e-7f);
+  __m512 c0 = _mm512_set1_ps(1.0f), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0, c6 = c0, c7 = c0, c8 = c0, c9 = c0;
+  for (long i = 0; i < iterations; ++i) {
+    c0 = _mm512_fmadd_ps(c0, a, b); c1 = _mm512_fmadd_ps(c1, a, b); c2 = _mm512_fmadd_ps(c2, a, b);
+    c3 = _mm512_fmadd_ps(c3, a, b); c4 = _mm512_fmadd_ps(c4, a, b); c5 = _mm512_fmadd_ps(c5, a, b);
+    c6 = _mm512_fmadd_ps(c6, a, b); c7 = _mm512_fmadd_ps(c7, a, b); c8 = _mm512_fmadd_ps(c8, a, b);
+    c9 = _mm512_fmadd_ps(c9, a, b);
+  }
+  __m512 s = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(c0, c1), _mm512_add_ps(c2, c3)),
+                        _mm512_add_ps(_mm512_add_ps(c4, c5), _mm512_add_ps(_mm512_add_ps(c6, c7), _mm512_add_ps(c8, c9))));
+  alignas(64) float lanes[sizeof(__m512) / sizeof(float)];
+  _mm512_store_ps(lanes, s);
+  return lanes[0];
+}
+
+// Sums src[0, n) with 4 independent vector accumulators: enough loads in flight to saturate DRAM.
+float read_loop_avx512(const float* src, size_t n) {
+  __m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+  size_t i = 0;
+  for (; i + 4 * 16 <= n; i += 4 * 16) {
+    s0 = _mm512_add_ps(s0, _mm512_loadu_ps(src + i));
+    s1 = _mm512_add_ps(s1, _mm512_loadu_ps(src + i + 16));
+    s2 = _mm512_add_ps(s2, _mm512_loadu_ps(src + i + 2 * 16));
+    s3 = _mm512_add_ps(s3, _mm512_loadu_ps(src + i + 3 * 16));
+  }
+  alignas(64) float lanes[16];
+  _mm512_store_ps(lanes, _mm512_add_ps(_mm512_add_ps(s0, s1), _mm512_add_ps(s2, s3)));
+  float total = 0;
+  for (float v : lanes) total += v;
+  for (; i < n; ++i) total += src[i];
+  return total;
+}
+
+}  // namespace sqrtdk::perf

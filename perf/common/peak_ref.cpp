@@ -1,0 +1,23 @@
+// Scalar multiply-add peak loop (the ref ISA's roof): 8 independent scalar accumulators.
+#include "perf/common/bench_util.h"
+
+namespace sqrtdk::perf {
+
+float fma_loop_ref(long iterations) {
+  const float a = 0.999999f, b = 1e-7f;
+  float c[8] = {1, 1, 1, 1, 1, 1, 1, 1};
+  for (long i = 0; i < iterations; ++i)
+    for (float& x : c) x = x * a + b;  // baseline x86-64 has no FMA: mul + add, 2 flops
+  return c[0] + c[1] + c[2] + c[3] + c[4] + c[5] + c[6] + c[7];
+}
+
+float read_loop_ref(const float* src, size_t n) {
+  float s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int j = 0; j < 8; ++j) s[j] += src[i + j];
+  for (; i < n; ++i) s[0] += src[i];
+  return s[0] + s[1] + s[2] + s[3] + s[4] + s[5] + s[6] + s[7];
+}
+
+}  // namespace sqrtdk::perf

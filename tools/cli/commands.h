@@ -1,0 +1,20 @@
+// Subcommands of the sqrtdk command line. Each lives in tools/cli/cmd_<name>.cpp and registers itself on the app
+// with add_<name>_command(); main.cpp lists them in order.
+//
+// Exit codes (documented in README and `sqrtdk --help`):
+//   0 ok, 1 usage error (bad flags), 2 bad input file (unreadable, corrupt or invalid model), 3 runtime error.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <string>
+
+namespace sqrtdk::cli {
+
+enum ExitCode { kOk = 0, kUsage = 1, kBadInput = 2, kRuntime = 3 };
+
+// The bundled default model (built by the build from a fixed seed until a trained model ships).
+std::string default_model_path();
+
+
+}  // namespace sqrtdk::cli

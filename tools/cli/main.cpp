@@ -1,0 +1,45 @@
+// sqrtdk: the command line. Each subcommand is in tools/cli/cmd_<name>.cpp.
+#include "tools/cli/commands.h"
+
+#include <sqrtdk/error.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+
+namespace sqrtdk::cli {
+
+std::string default_model_path() {
+  if (const char* env = std::getenv("SQRTDK_MODEL"); env && env[0]) return env;
+  // The build puts the default model in <build>/models/ beside <build>/bin/.
+  std::error_code ec;
+  auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (!ec) return (exe.parent_path().parent_path() / "models" / "default.sqdk").string();
+  return "models/default.sqdk";
+}
+
+}  // namespace sqrtdk::cli
+
+int main(int argc, char** argv) {
+  using namespace sqrtdk::cli;
+  CLI::App app{"sqrtdk: a SIMD CPU inference engine for small transformers.\n"
+               "Exit codes: 0 ok, 1 usage error, 2 bad input file, 3 runtime error."};
+  app.require_subcommand(1);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    app.exit(e);
+    return kUsage;
+  } catch (const sqrtdk::Error& e) {
+    std::fprintf(stderr, "sqrtdk: error: %s\n", e.what());
+    return kBadInput;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "sqrtdk: error: %s\n", e.what());
+    return kRuntime;
+  }
+  return kOk;
+}
