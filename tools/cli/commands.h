@@ -16,5 +16,8 @@ enum ExitCode { kOk = 0, kUsage = 1, kBadInput = 2, kRuntime = 3 };
 // The bundled default model (built by the build from a fixed seed until a trained model ships).
 std::string default_model_path();
 
+void add_run_command(CLI::App& app);
+void add_generate_command(CLI::App& app);
+
 
 }  // namespace sqrtdk::cli

@@ -1,0 +1,56 @@
+// Token sampling and generation on a Session.
+//
+// Sampling: temperature 0 is greedy (argmax, ties to the lowest id); otherwise softmax(logits / temperature),
+// restricted to the top_k most likely (0 = all), then to the smallest set whose probability reaches top_p
+// (1 = all), drawn with a std::mt19937_64 seeded by `seed`: the same seed gives the same tokens.
+#pragma once
+
+#include <sqrtdk/session.h>
+
+#include <cstdint>
+#include <functional>
+#include <random>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace sqrtdk {
+
+struct SamplingOptions {
+  float temperature = 0.8f;
+  size_t top_k = 40;
+  float top_p = 0.95f;
+  uint64_t seed = 42;
+};
+
+class Sampler {
+ public:
+  explicit Sampler(const SamplingOptions& options);
+  // Picks a token id from logits [n_vocab]. Throws sqrtdk::Error on bad options or empty logits.
+  uint32_t sample(std::span<const float> logits);
+
+ private:
+  SamplingOptions options_;
+  std::mt19937_64 rng_;
+  std::vector<std::pair<float, uint32_t>> candidates_;  // reused across calls
+  std::vector<double> probs_;
+};
+
+struct GenerateOptions {
+  SamplingOptions sampling;
+  size_t max_new_tokens = 64;
+  std::vector<uint32_t> stop_tokens;  // generation stops after emitting one of these (it is included)
+  // Called with each new token as it is produced; return false to stop early.
+  std::function<bool(uint32_t token)> on_token;
+};
+
+// Prefills `prompt` (appended to the session's context) and generates up to max_new_tokens tokens, stopping at a
+// stop token or when the context is full. Returns the generated ids.
+std::vector<uint32_t> generate(Session& session, std::span<const uint32_t> prompt, const GenerateOptions& options);
+
+// The built-in byte-level tokenizer: ids 0..255 are bytes; BOS/EOS come from the model config.
+std::vector<uint32_t> byte_encode(std::string_view text, uint32_t bos_id = kNoToken);
+// Bytes of ids < 256; special ids are skipped. Invalid UTF-8 passes through as bytes.
+std::string byte_decode(std::span<const uint32_t> ids);
+
+}  // namespace sqrtdk

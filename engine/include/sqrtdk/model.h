@@ -1,0 +1,48 @@
+// sqrtdk::Model: a transformer loaded from a .sqdk file, its weights packed once for the GEMM.
+//
+// Immutable after load() returns, and safe to share: any number of Sessions on any number of threads may use one
+// Model at once (hold it by std::shared_ptr<const Model>). Loading a model needs about its packed size in memory:
+// each tensor is packed straight from the read-only file mapping, whose pages are then released.
+#pragma once
+
+#include <sqrtdk/format.h>
+#include <sqrtdk/isa.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace sqrtdk {
+
+struct ModelOptions {
+  LoadOptions load;             // checksum verification, finite check, size cap
+  int isa = -1;                 // -1: default_isa() (SQRTDK_ISA or the best); else an Isa value
+  int n_threads = 0;            // threads used to pack at load (0: OpenMP default)
+};
+
+class ModelImpl;  // engine-internal
+
+class Model {
+ public:
+  // Loads and validates `path`; throws sqrtdk::Error naming the file and tensor on any problem.
+  static std::shared_ptr<const Model> load(const std::string& path, const ModelOptions& options = {});
+  ~Model();
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
+
+  const ModelConfig& config() const;
+  const std::string& path() const;
+  Isa isa() const;
+  uint64_t n_params() const;
+  size_t packed_bytes() const;  // memory held by the packed weights and other per-model tables
+  double load_seconds() const;
+
+  const ModelImpl& impl() const { return *impl_; }
+
+ private:
+  explicit Model(std::unique_ptr<ModelImpl> impl);
+  std::unique_ptr<ModelImpl> impl_;
+};
+
+}  // namespace sqrtdk

@@ -1,0 +1,82 @@
+// sqrtdk::Session: one conversation with a Model. Owns the KV cache and all scratch; belongs to one caller at a
+// time (use one Session per thread; many Sessions may share one Model).
+//
+//   auto model = sqrtdk::Model::load("model.sqdk");
+//   sqrtdk::Session session(model);
+//   auto logits = session.prefill(tokens);   // [n_vocab] of the last position
+//   logits = session.decode(next_token);    // one more position
+//
+// Bad input (empty prompt, token id >= n_vocab, context past the limit) throws sqrtdk::Error before any state
+// changes, so the session stays usable. Results are bit-identical for any thread count.
+#pragma once
+
+#include <sqrtdk/model.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <vector>
+
+namespace sqrtdk {
+
+// Per-op timing hook (the profiler implements it). Called around each op of the forward pass when set.
+struct OpEvent {
+  const char* op;       // "attn_qkv", "attention", "ffn_down", ...
+  int layer;            // block index, or -1 for ops outside blocks (embedding, lm_head)
+  size_t n_tokens;      // rows processed
+  size_t n_keys;        // attention: keys attended (else 0)
+  double flops;         // floating-point operations done
+  double bytes;         // bytes read + written (weights, activations, cache)
+  double start_seconds;  // steady clock
+  double end_seconds;
+};
+using OpObserver = std::function<void(const OpEvent&)>;
+
+struct SessionOptions {
+  size_t max_context = 0;   // KV cache length; 0: the model's max_seq. Larger than max_seq is an error.
+  size_t max_batch = 512;   // tokens per forward chunk in prefill (bounds scratch; prefill is chunked)
+  int n_threads = 0;        // threads per call; 0: OpenMP default (OMP_NUM_THREADS or cores)
+};
+
+struct SessionState;  // engine-internal
+
+class Session {
+ public:
+  explicit Session(std::shared_ptr<const Model> model, const SessionOptions& options = {});
+  ~Session();
+  Session(Session&&) noexcept;
+  Session& operator=(Session&&) noexcept;
+
+  // Appends `tokens` to the context and runs them. Returns the logits of the last position ([n_vocab]), or of
+  // every new position ([tokens.size(), n_vocab], row-major) when all_logits is true. The span stays valid until
+  // the next call on this session.
+  std::span<const float> prefill(std::span<const uint32_t> tokens, bool all_logits = false);
+  // One more token: prefill({token}).
+  std::span<const float> decode(uint32_t token);
+  // Forgets the context (the cache is kept allocated).
+  void reset();
+
+  size_t n_past() const;       // tokens in the context
+  size_t max_context() const;  // the limit
+  int n_threads() const;
+  void set_n_threads(int n_threads);
+  const Model& model() const;
+  const std::shared_ptr<const Model>& model_ptr() const;
+
+  // Per-op observer (nullptr to remove); costs nothing when unset.
+  void set_op_observer(OpObserver observer);
+  // Attention-probability capture for one layer (attention maps): after the next prefill, probs holds
+  // [n_heads][n_queries][n_keys] of that layer. layer < 0 disables. Forces the unfused path for that layer only.
+  void capture_attention(int layer, float scale_override = 0.0f);
+  const std::vector<float>& captured_attention() const;
+
+  size_t scratch_bytes() const;   // KV cache + activations owned by this session
+  size_t kv_cache_bytes() const;
+
+ private:
+  std::unique_ptr<SessionState> state_;
+};
+
+}  // namespace sqrtdk

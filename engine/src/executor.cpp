@@ -1,0 +1,84 @@
+// Shared executor steps: linear layers, the KV-cache write + attention, the output head.
+#include "engine/src/executor.h"
+
+#include <sqrtdk/error.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+namespace sqrtdk {
+
+void run_linear(SessionState& s, const char* op, int layer, const Linear& w, const float* x, size_t n, size_t ldx,
+                float* y, size_t ldy, const ops::GemmEpilogue& epilogue) {
+  const double N = static_cast<double>(w.N()), K = static_cast<double>(w.K());
+  // Bytes: weights once, input rows, output rows (read too when a residual is added).
+  const double bytes = (N * K + n * K + n * N * (epilogue.residual ? 2 : 1)) * sizeof(float);
+  run_op(s, op, layer, n, 2.0 * n * N * K, bytes,
+         [&] { ops::gemm(x, n, ldx, w.weights, y, ldy, epilogue, s.n_threads); });
+}
+
+void run_attention(SessionState& s, int layer, size_t n, size_t pos0) {
+  const ModelConfig& c = s.m->config;
+  const size_t hd = c.head_dim, qkv_w = s.m->qkv_width();
+  const size_t k_col = c.n_heads * hd, v_col = k_col + c.n_kv_heads * hd;
+  const size_t n_keys = pos0 + n;
+
+  run_op(s, "kv_store", layer, n, 0, 4.0 * n * c.n_kv_heads * hd * sizeof(float), [&] {
+    for (size_t h = 0; h < c.n_kv_heads; ++h) {
+      float* kc = s.k_cache.data() + s.cache_offset(layer, h);
+      float* vc = s.v_cache.data() + s.cache_offset(layer, h);
+      for (size_t t = 0; t < n; ++t) {
+        const float* row = s.qkv.data() + t * qkv_w;
+        std::memcpy(kc + (pos0 + t) * hd, row + k_col + h * hd, hd * sizeof(float));
+        std::memcpy(vc + (pos0 + t) * hd, row + v_col + h * hd, hd * sizeof(float));
+      }
+    }
+  });
+
+  ops::AttentionParams p;
+  p.n_heads = c.n_heads;
+  p.n_kv_heads = c.n_kv_heads;
+  p.head_dim = hd;
+  p.n_queries = n;
+  p.pos0 = pos0;
+  p.causal = true;
+  p.scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  p.q = s.qkv.data();
+  p.ldq = qkv_w;
+  p.k_cache = s.k_cache.data() + s.cache_offset(layer, 0);
+  p.v_cache = s.v_cache.data() + s.cache_offset(layer, 0);
+  p.cache_stride = s.max_context;
+  p.out = s.att.data();
+  p.ldo = c.n_heads * hd;
+  const bool capture = layer == s.capture_layer;
+  if (capture) {
+    if (s.capture_scale > 0) p.scale = s.capture_scale;
+    p.observe = &s.captured;
+  }
+  // Causal: query t sees pos0 + t + 1 keys; FLOPs 4·hd per (query head, key) pair for q·k and p·v.
+  const double pairs = static_cast<double>(n) * pos0 + 0.5 * n * (n + 1);
+  const double flops = 4.0 * hd * c.n_heads * pairs;
+  const double bytes = (2.0 * n_keys * c.n_kv_heads * hd + 2.0 * n * c.n_heads * hd) * sizeof(float);
+  run_op(s, "attention", layer, n, flops, bytes,
+         [&] { ops::attention(s.m->isa, p, s.attention_ws, s.n_threads); }, n_keys);
+}
+
+void run_lm_head(SessionState& s, size_t first_row, size_t n) {
+  const ModelConfig& c = s.m->config;
+  const size_t rows = n - first_row;
+  const size_t old = s.logits.size();
+  s.logits.resize(old + rows * c.n_vocab);
+  run_linear(s, "lm_head", -1, s.m->lm_head, s.xb.data() + first_row * c.d_model, rows, c.d_model,
+             s.logits.data() + old, c.n_vocab, {});
+}
+
+std::vector<float> reference_forward(const WeightFile& file, std::span<const uint32_t> tokens) {
+  switch (file.config().arch) {
+    case Arch::llama: return llama_reference_forward(file, tokens);
+    case Arch::gpt2: return gpt2_reference_forward(file, tokens);
+  }
+  throw Error(file.path() + ": unknown architecture");
+}
+
+}  // namespace sqrtdk

@@ -1,0 +1,92 @@
+// The executor: runs a model family's blocks over a chunk of tokens with a Session's state.
+//
+// Families (models/<family>/) describe one forward pass as a sequence of ops (llama2.c's voice); the executor
+// owns what they share: the session state, timing hooks, the KV-cache write and the attention call.
+#pragma once
+
+#include <sqrtdk/session.h>
+
+#include "engine/src/aligned_buffer.h"
+#include "engine/src/model_impl.h"
+#include "ops/attention/attention.h"
+
+#include <chrono>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace sqrtdk {
+
+struct SessionState {
+  std::shared_ptr<const Model> model;
+  const ModelImpl* m = nullptr;  // model->impl()
+  size_t max_context = 0;        // KV cache rows per head
+  size_t max_batch = 0;          // tokens per forward chunk
+  int n_threads = 1;
+  size_t n_past = 0;             // tokens already in the cache
+
+  // KV cache, one block per layer and kv head, rows by position: streaming reads for attention.
+  AlignedBuffer<float> k_cache;  // [n_layers][n_kv_heads][max_context][head_dim]
+  AlignedBuffer<float> v_cache;  // [n_layers][n_kv_heads][max_context][head_dim]
+  // Activations for one chunk of up to max_batch tokens.
+  AlignedBuffer<float> x;    // [max_batch, d_model] residual stream
+  AlignedBuffer<float> xb;   // [max_batch, d_model] normalized input of a sub-layer
+  AlignedBuffer<float> qkv;  // [max_batch, (n_heads + 2 n_kv_heads) head_dim]
+  AlignedBuffer<float> att;  // [max_batch, n_heads head_dim] attention output
+  AlignedBuffer<float> hb;   // [max_batch, d_ff] feed-forward hidden
+  AlignedBuffer<float> hb2;  // [max_batch, d_ff] llama: gate activations
+  std::vector<float> logits;  // [n_rows, n_vocab] of the last call
+  ops::AttentionWorkspace attention_ws;
+
+  OpObserver observer;
+  int capture_layer = -1;
+  float capture_scale = 0.0f;
+  ops::AttentionProbs captured;
+  std::vector<float> captured_flat;
+
+  size_t cache_offset(size_t layer, size_t kv_head) const {
+    const auto& c = m->config;
+    return (layer * c.n_kv_heads + kv_head) * max_context * c.head_dim;
+  }
+};
+
+inline double steady_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Runs fn; if an observer is set, reports the op with its timing. Free when no observer is set.
+template <typename Fn>
+inline void run_op(SessionState& s, const char* op, int layer, size_t n_tokens, double flops, double bytes, Fn&& fn,
+                   size_t n_keys = 0) {
+  if (!s.observer) {
+    fn();
+    return;
+  }
+  const double t0 = steady_seconds();
+  fn();
+  const double t1 = steady_seconds();
+  s.observer(OpEvent{op, layer, n_tokens, n_keys, flops, bytes, t0, t1});
+}
+
+// y[n, N] = epilogue(x[n, K] · Wᵀ), timed as `op`.
+void run_linear(SessionState& s, const char* op, int layer, const Linear& w, const float* x, size_t n, size_t ldx,
+                float* y, size_t ldy, const ops::GemmEpilogue& epilogue);
+
+// Copies the k and v columns of qkv rows [n] into layer's cache at positions pos0 .. pos0 + n - 1, then runs
+// attention for the q columns; output to s.att.
+void run_attention(SessionState& s, int layer, size_t n, size_t pos0);
+
+// The final norm has been applied to rows [first_row, n) of s.xb; computes their logits into s.logits.
+void run_lm_head(SessionState& s, size_t first_row, size_t n);
+
+// Family forward passes over one chunk: tokens[n] at positions pos0 ..; leaves the final-normed rows in s.xb.
+void llama_forward(SessionState& s, const uint32_t* tokens, size_t n, size_t pos0);
+void gpt2_forward(SessionState& s, const uint32_t* tokens, size_t n, size_t pos0);
+
+// Reference forward passes (the executable spec): scalar ref ops only, weights read from the file as f32, no
+// packing, no cache, no chunking. Returns logits for every position, [tokens.size(), n_vocab].
+std::vector<float> llama_reference_forward(const WeightFile& file, std::span<const uint32_t> tokens);
+std::vector<float> gpt2_reference_forward(const WeightFile& file, std::span<const uint32_t> tokens);
+std::vector<float> reference_forward(const WeightFile& file, std::span<const uint32_t> tokens);
+
+}  // namespace sqrtdk

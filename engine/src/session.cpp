@@ -1,0 +1,104 @@
+// Session: validates input at the boundary, then runs the executor chunk by chunk.
+#include <sqrtdk/error.h>
+#include <sqrtdk/session.h>
+
+#include "engine/src/executor.h"
+#include "engine/src/threading.h"
+
+#include <algorithm>
+#include <string>
+
+namespace sqrtdk {
+
+Session::Session(std::shared_ptr<const Model> model, const SessionOptions& options)
+    : state_(std::make_unique<SessionState>()) {
+  if (!model) throw Error("Session: model is null");
+  SessionState& s = *state_;
+  s.model = std::move(model);
+  s.m = &s.model->impl();
+  const ModelConfig& c = s.m->config;
+  s.max_context = options.max_context ? options.max_context : c.max_seq;
+  if (s.max_context > c.max_seq)
+    throw Error("Session: max_context " + std::to_string(s.max_context) + " exceeds the model's max_seq " +
+                std::to_string(c.max_seq));
+  if (options.max_batch == 0) throw Error("Session: max_batch must be >= 1");
+  s.max_batch = std::min(options.max_batch, s.max_context);
+  s.n_threads = resolve_threads(options.n_threads);
+
+  const size_t cache = size_t{c.n_layers} * c.n_kv_heads * s.max_context * c.head_dim;
+  s.k_cache.allocate(cache);
+  s.v_cache.allocate(cache);
+  s.x.allocate(s.max_batch * c.d_model);
+  s.xb.allocate(s.max_batch * c.d_model);
+  s.qkv.allocate(s.max_batch * s.m->qkv_width());
+  s.att.allocate(s.max_batch * c.n_heads * c.head_dim);
+  s.hb.allocate(s.max_batch * c.d_ff);
+  if (c.arch == Arch::llama) s.hb2.allocate(s.max_batch * c.d_ff);
+}
+
+Session::~Session() = default;
+Session::Session(Session&&) noexcept = default;
+Session& Session::operator=(Session&&) noexcept = default;
+
+std::span<const float> Session::prefill(std::span<const uint32_t> tokens, bool all_logits) {
+  SessionState& s = *state_;
+  const ModelConfig& c = s.m->config;
+  // Validate everything before touching state, so a bad call leaves the session as it was.
+  if (tokens.empty()) throw Error("prefill: no tokens (the prompt is empty)");
+  for (size_t i = 0; i < tokens.size(); ++i)
+    if (tokens[i] >= c.n_vocab)
+      throw Error("prefill: token " + std::to_string(i) + " has id " + std::to_string(tokens[i]) +
+                  ", outside the vocabulary [0, " + std::to_string(c.n_vocab) + ")");
+  if (s.n_past + tokens.size() > s.max_context)
+    throw Error("prefill: context too long: " + std::to_string(s.n_past) + " tokens in the session + " +
+                std::to_string(tokens.size()) + " new > limit " + std::to_string(s.max_context));
+
+  s.logits.clear();
+  for (size_t start = 0; start < tokens.size(); start += s.max_batch) {
+    const size_t n = std::min(s.max_batch, tokens.size() - start);
+    const size_t pos0 = s.n_past;
+    if (c.arch == Arch::llama)
+      llama_forward(s, tokens.data() + start, n, pos0);
+    else
+      gpt2_forward(s, tokens.data() + start, n, pos0);
+    s.n_past += n;
+    const bool last_chunk = start + n == tokens.size();
+    if (all_logits)
+      run_lm_head(s, 0, n);
+    else if (last_chunk)
+      run_lm_head(s, n - 1, n);
+  }
+  if (s.capture_layer >= 0) {
+    s.captured_flat = s.captured.probs;
+  }
+  return {s.logits.data(), s.logits.size()};
+}
+
+std::span<const float> Session::decode(uint32_t token) { return prefill(std::span<const uint32_t>(&token, 1)); }
+
+void Session::reset() { state_->n_past = 0; }
+size_t Session::n_past() const { return state_->n_past; }
+size_t Session::max_context() const { return state_->max_context; }
+int Session::n_threads() const { return state_->n_threads; }
+void Session::set_n_threads(int n_threads) { state_->n_threads = resolve_threads(n_threads); }
+const Model& Session::model() const { return *state_->model; }
+const std::shared_ptr<const Model>& Session::model_ptr() const { return state_->model; }
+void Session::set_op_observer(OpObserver observer) { state_->observer = std::move(observer); }
+
+void Session::capture_attention(int layer, float scale_override) {
+  if (layer >= static_cast<int>(state_->m->config.n_layers))
+    throw Error("capture_attention: layer " + std::to_string(layer) + " >= n_layers " +
+                std::to_string(state_->m->config.n_layers));
+  state_->capture_layer = layer;
+  state_->capture_scale = scale_override;
+}
+const std::vector<float>& Session::captured_attention() const { return state_->captured_flat; }
+
+size_t Session::kv_cache_bytes() const { return (state_->k_cache.size() + state_->v_cache.size()) * sizeof(float); }
+size_t Session::scratch_bytes() const {
+  const SessionState& s = *state_;
+  return kv_cache_bytes() +
+         (s.x.size() + s.xb.size() + s.qkv.size() + s.att.size() + s.hb.size() + s.hb2.size()) * sizeof(float);
+}
+
+}  // namespace sqrtdk

@@ -1,0 +1,70 @@
+// The llama family (Hugging Face LlamaForCausalLM math): RMSNorm, RoPE, grouped-query attention, SwiGLU, no biases.
+//
+// One block over n tokens at positions pos0 .. pos0 + n - 1, x the residual stream [n, d_model]:
+//   xb   = rms_norm(x) * attn_norm
+//   qkv  = xb · Wqkvᵀ                       q [n, n_heads·hd] | k, v [n, n_kv_heads·hd]
+//   q, k = rope(q, k, pos)                  rotate pairs by pos·θ^(-2i/hd)
+//   att  = softmax(q·kᵀ/√hd + causal) · v   per head, k and v through the cache
+//   x   += att · Woᵀ                        the residual add is fused into the GEMM
+//   xb   = rms_norm(x) * ffn_norm
+//   hb2  = silu(xb · Wgateᵀ)
+//   hb   = (xb · Wupᵀ) * hb2                SwiGLU, the product fused into the up GEMM
+//   x   += hb · Wdownᵀ
+// After the last block: xb = rms_norm(x) * out_norm, logits = xb · lm_headᵀ.
+#include "engine/src/executor.h"
+#include "ops/activation/activation.h"
+#include "ops/norm/norm.h"
+
+namespace sqrtdk {
+
+void llama_forward(SessionState& s, const uint32_t* tokens, size_t n, size_t pos0) {
+  const ModelImpl& m = *s.m;
+  const ModelConfig& c = m.config;
+  const size_t d = c.d_model, d_ff = c.d_ff, hd = c.head_dim, qkv_w = m.qkv_width();
+  const Isa isa = m.isa;
+  float* x = s.x.data();
+  float* xb = s.xb.data();
+
+  run_op(s, "embedding", -1, n, 0, 2.0 * n * d * sizeof(float), [&] {
+    for (size_t t = 0; t < n; ++t) std::copy_n(m.tok_emb + size_t{tokens[t]} * d, d, x + t * d);
+  });
+
+  for (size_t l = 0; l < c.n_layers; ++l) {
+    const LayerWeights& w = m.layers[l];
+    const int layer = static_cast<int>(l);
+
+    run_op(s, "attn_norm", layer, n, 4.0 * n * d, 2.0 * n * d * sizeof(float), [&] {
+      ops::rms_norm(isa, x, n, d, d, w.attn_norm_weight.data(), c.norm_eps, xb, d, s.n_threads);
+    });
+    run_linear(s, "attn_qkv", layer, w.attn_qkv, xb, n, d, s.qkv.data(), qkv_w, {});
+    run_op(s, "rope", layer, n, 6.0 * n * (c.n_heads + c.n_kv_heads) * hd,
+           2.0 * n * (c.n_heads + c.n_kv_heads) * hd * sizeof(float), [&] {
+             const auto layout = c.rope_interleaved ? ops::RopeLayout::interleaved : ops::RopeLayout::rotate_half;
+             // q heads then k heads are adjacent in a qkv row: rotate them in one call.
+             ops::rope(isa, *m.rope, layout, s.qkv.data(), n, qkv_w, c.n_heads + c.n_kv_heads, hd, pos0);
+           });
+    run_attention(s, layer, n, pos0);
+    ops::GemmEpilogue residual;
+    residual.residual = x;
+    residual.ld_residual = d;
+    run_linear(s, "attn_out", layer, w.attn_out, s.att.data(), n, c.n_heads * hd, x, d, residual);
+
+    run_op(s, "ffn_norm", layer, n, 4.0 * n * d, 2.0 * n * d * sizeof(float), [&] {
+      ops::rms_norm(isa, x, n, d, d, w.ffn_norm_weight.data(), c.norm_eps, xb, d, s.n_threads);
+    });
+    ops::GemmEpilogue gate;
+    gate.activation = ops::Activation::silu;
+    run_linear(s, "ffn_gate", layer, w.ffn_gate, xb, n, d, s.hb2.data(), d_ff, gate);
+    ops::GemmEpilogue up;
+    up.multiply = s.hb2.data();
+    up.ld_multiply = d_ff;
+    run_linear(s, "ffn_up", layer, w.ffn_up, xb, n, d, s.hb.data(), d_ff, up);
+    run_linear(s, "ffn_down", layer, w.ffn_down, s.hb.data(), n, d_ff, x, d, residual);
+  }
+
+  run_op(s, "out_norm", -1, n, 4.0 * n * d, 2.0 * n * d * sizeof(float), [&] {
+    ops::rms_norm(isa, x, n, d, d, m.out_norm_weight.data(), c.norm_eps, xb, d, s.n_threads);
+  });
+}
+
+}  // namespace sqrtdk

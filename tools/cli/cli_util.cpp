@@ -1,0 +1,98 @@
+#include "tools/cli/cli_util.h"
+
+#include "tools/cli/commands.h"
+
+#include <sqrtdk/error.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+namespace sqrtdk::cli {
+
+void ModelArgs::add_to(CLI::App& cmd) {
+  cmd.add_option("-m,--model", model, "model file (.sqdk); default: the bundled model")->capture_default_str();
+  cmd.add_option("-t,--threads", threads, "threads (0: all cores)")->check(CLI::NonNegativeNumber);
+  cmd.add_option("--isa", isa, "force an ISA: ref, avx2, avx512 (default: best, or SQRTDK_ISA)");
+  cmd.add_flag("--no-verify", no_verify, "skip the per-tensor CRC-32 check at load");
+}
+
+std::shared_ptr<const Model> ModelArgs::load() const {
+  ModelOptions options;
+  options.load.verify_checksums = !no_verify;
+  options.n_threads = threads;
+  if (!isa.empty()) options.isa = static_cast<int>(parse_isa(isa));
+  return Model::load(model.empty() ? default_model_path() : model, options);
+}
+
+void PromptArgs::add_to(CLI::App& cmd, const std::string& default_prompt) {
+  prompt = default_prompt;
+  auto* p = cmd.add_option("-p,--prompt", prompt, "prompt text (byte-level models)")->capture_default_str();
+  cmd.add_option("--tokens", tokens, "prompt as comma-separated token ids, e.g. 5,17,42")->excludes(p);
+}
+
+std::vector<uint32_t> parse_token_list(const std::string& text) {
+  std::vector<uint32_t> ids;
+  std::stringstream ss(text);
+  for (std::string item; std::getline(ss, item, ',');) {
+    size_t used = 0;
+    unsigned long long v = 0;
+    try {
+      v = std::stoull(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || used != item.size() || v > 0xFFFFFFFEull)
+      throw CLI::ValidationError("--tokens", "'" + item + "' is not a token id");
+    ids.push_back(static_cast<uint32_t>(v));
+  }
+  if (ids.empty()) throw CLI::ValidationError("--tokens", "no token ids given");
+  return ids;
+}
+
+std::vector<uint32_t> PromptArgs::resolve(const ModelConfig& config) const {
+  if (!tokens.empty()) return parse_token_list(tokens);
+  if (config.tokenizer != TokenizerKind::byte_level)
+    throw Error("this model has no built-in tokenizer: pass token ids with --tokens");
+  return byte_encode(prompt, config.bos_id);
+}
+
+std::string token_text(const ModelConfig& config, uint32_t id) {
+  if (config.tokenizer == TokenizerKind::byte_level) {
+    if (id == config.bos_id) return "<bos>";
+    if (id == config.eos_id) return "<eos>";
+    if (id < 256) {
+      if (id >= 32 && id < 127) return std::string("'") + static_cast<char>(id) + "'";
+      char buf[16];
+      std::snprintf(buf, sizeof buf, "'\\x%02x'", id);
+      return buf;
+    }
+  }
+  return "#" + std::to_string(id);
+}
+
+void write_npy(const std::string& path, const float* data, const std::vector<size_t>& shape) {
+  std::string dims;
+  size_t count = 1;
+  for (size_t d : shape) {
+    dims += std::to_string(d) + ",";
+    count *= d;
+  }
+  if (shape.size() > 1) dims.pop_back();
+  std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (" + dims + "), }";
+  // Magic (6) + version (2) + header length (2) + header, padded with spaces and ended by \n to a multiple of 64.
+  const size_t total = (10 + header.size() + 1 + 63) / 64 * 64;
+  header.append(total - 10 - header.size() - 1, ' ');
+  header.push_back('\n');
+  std::ofstream out(path, std::ios::binary);
+  if (!out) throw Error(path + ": cannot open for writing");
+  const uint16_t len = static_cast<uint16_t>(header.size());
+  out.write("\x93NUMPY\x01\x00", 8);
+  out.put(static_cast<char>(len & 0xFF));
+  out.put(static_cast<char>(len >> 8));
+  out.write(header.data(), static_cast<std::streamsize>(header.size()));
+  out.write(reinterpret_cast<const char*>(data), static_cast<std::streamsize>(count * sizeof(float)));
+  if (!out) throw Error(path + ": write failed");
+}
+
+}  // namespace sqrtdk::cli
