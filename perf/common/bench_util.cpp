@@ -1,5 +1,7 @@
 #include "perf/common/bench_util.h"
 
+#include "engine/src/roofs.h"
+
 #include <sqrtdk/error.h>
 
 #include <omp.h>
@@ -89,68 +91,13 @@ double median_seconds(const std::function<void()>& fn, int reps, double min_seco
   return median(samples);
 }
 
-double flops_per_iteration(Isa isa) {
-  switch (isa) {
-    case Isa::ref: return 2.0 * 8;          // 8 scalar FMAs
-    case Isa::avx2: return 2.0 * 8 * 10;    // 10 ymm FMAs of 8 lanes
-    case Isa::avx512: return 2.0 * 16 * 10;  // 10 zmm FMAs of 16 lanes
-  }
-  return 0;
-}
-
-static float fma_loop(Isa isa, long iterations) {
-  switch (isa) {
-    case Isa::ref: return fma_loop_ref(iterations);
-    case Isa::avx2: return fma_loop_avx2(iterations);
-    case Isa::avx512: return fma_loop_avx512(iterations);
-  }
-  return 0;
-}
-
 double measure_fma_peak_gflops(Isa isa, int n_threads, bool smoke) {
-  if (!cpu_supports(isa)) throw Error(std::string("measure_fma_peak_gflops: CPU lacks ") + isa_name(isa));
   const long iterations = smoke ? 1000000 : (isa == Isa::ref ? 20000000 : 40000000);
-  std::vector<double> samples;
-  float sink = 0;
-  for (int rep = 0; rep < (smoke ? 1 : 5); ++rep) {
-    double t0 = now_seconds();
-#pragma omp parallel num_threads(n_threads) reduction(+ : sink)
-    sink += fma_loop(isa, iterations);
-    samples.push_back(now_seconds() - t0);
-  }
-  if (sink == 12345.0f) std::printf(" ");  // keeps the loop's result alive
-  // Best-of rather than median: the roof is what the hardware can do, and noise only ever lowers it.
-  const double best = *std::min_element(samples.begin(), samples.end());
-  return flops_per_iteration(isa) * iterations * n_threads / best * 1e-9;
+  return roofs::measure_fma_gflops(isa, n_threads, iterations, smoke ? 1 : 5);
 }
 
 double measure_read_bandwidth_gbs(int n_threads, bool smoke) {
-  const size_t bytes = smoke ? (size_t{64} << 20) : (size_t{1} << 30);
-  const size_t n = bytes / sizeof(float);
-  std::vector<float> a(n, 1.0f);  // first touch here, outside the timed loop
-  const Isa isa = best_isa();
-  auto read = [&](const float* p, size_t count) {
-    switch (isa) {
-      case Isa::avx512: return read_loop_avx512(p, count);
-      case Isa::avx2: return read_loop_avx2(p, count);
-      default: return read_loop_ref(p, count);
-    }
-  };
-  std::vector<double> samples;
-  float sink = 0;
-  for (int rep = 0; rep < (smoke ? 1 : 5); ++rep) {
-    double t0 = now_seconds();
-#pragma omp parallel num_threads(n_threads) reduction(+ : sink)
-    {
-      const int t = omp_get_thread_num(), nt = omp_get_num_threads();
-      const size_t begin = n * t / nt, end = n * (t + 1) / nt;
-      sink += read(a.data() + begin, end - begin);
-    }
-    samples.push_back(now_seconds() - t0);
-  }
-  if (sink == 12345.0f) std::printf(" ");  // keeps the sums alive
-  const double best = *std::min_element(samples.begin(), samples.end());
-  return static_cast<double>(bytes) / best * 1e-9;
+  return roofs::measure_read_gbs(n_threads, smoke ? (size_t{64} << 20) : (size_t{1} << 30), smoke ? 1 : 5);
 }
 
 std::string Table::str() const {

@@ -40,16 +40,6 @@ double measure_fma_peak_gflops(Isa isa, int n_threads, bool smoke = false);
 // DRAM read bandwidth in GB/s with `n_threads` threads (sums a 1 GiB array; 64 MiB with smoke).
 double measure_read_bandwidth_gbs(int n_threads, bool smoke = false);
 
-// Per-thread kernels behind measure_fma_peak_gflops, one per ISA TU (perf/common/peak_<isa>.cpp).
-float fma_loop_ref(long iterations);
-float fma_loop_avx2(long iterations);    // 16 FMA per iteration chain-free: 10 ymm accumulators
-float fma_loop_avx512(long iterations);  // 10 zmm accumulators
-double flops_per_iteration(Isa isa);
-// Read loops behind measure_read_bandwidth_gbs (sum of src[0, n)).
-float read_loop_ref(const float* src, size_t n);
-float read_loop_avx2(const float* src, size_t n);
-float read_loop_avx512(const float* src, size_t n);
-
 // A simple fixed-width text table.
 class Table {
  public:

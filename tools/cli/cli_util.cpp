@@ -10,9 +10,9 @@
 
 namespace sqrtdk::cli {
 
-void ModelArgs::add_to(CLI::App& cmd) {
+void ModelArgs::add_to(CLI::App& cmd, bool with_threads) {
   cmd.add_option("-m,--model", model, "model file (.sqdk); default: the bundled model")->capture_default_str();
-  cmd.add_option("-t,--threads", threads, "threads (0: all cores)")->check(CLI::NonNegativeNumber);
+  if (with_threads) cmd.add_option("-t,--threads", threads, "threads (0: all cores)")->check(CLI::NonNegativeNumber);
   cmd.add_option("--isa", isa, "force an ISA: ref, avx2, avx512 (default: best, or SQRTDK_ISA)");
   cmd.add_flag("--no-verify", no_verify, "skip the per-tensor CRC-32 check at load");
 }
@@ -93,6 +93,68 @@ void write_npy(const std::string& path, const float* data, const std::vector<siz
   out.write(header.data(), static_cast<std::streamsize>(header.size()));
   out.write(reinterpret_cast<const char*>(data), static_cast<std::streamsize>(count * sizeof(float)));
   if (!out) throw Error(path + ": write failed");
+}
+
+}  // namespace sqrtdk::cli
+
+#include <sys/resource.h>
+#include <unistd.h>
+
+namespace sqrtdk::cli {
+
+Progress::Progress(std::string label, size_t total, bool quiet)
+    : label_(std::move(label)), total_(total), enabled_(!quiet && isatty(STDERR_FILENO) && total > 0) {}
+
+void Progress::update(size_t done) {
+  if (!enabled_) return;
+  const int percent = static_cast<int>(100 * std::min(done, total_) / total_);
+  if (percent == last_percent_) return;
+  last_percent_ = percent;
+  const int width = 30, filled = percent * width / 100;
+  std::fprintf(stderr, "\r%s [%s%s] %3d%%", label_.c_str(), std::string(filled, '#').c_str(),
+               std::string(width - filled, ' ').c_str(), percent);
+  std::fflush(stderr);
+}
+
+Progress::~Progress() {
+  if (enabled_ && last_percent_ >= 0) std::fprintf(stderr, "\r%s\r", std::string(label_.size() + 40, ' ').c_str());
+}
+
+std::vector<uint32_t> synthetic_tokens(const ModelConfig& config, size_t n) {
+  std::vector<uint32_t> ids(n);
+  static const char text[] = "The quick brown fox jumps over the lazy dog. Once upon a time, there was a small engine. ";
+  for (size_t i = 0; i < n; ++i)
+    ids[i] = config.tokenizer == TokenizerKind::byte_level
+                 ? static_cast<unsigned char>(text[i % (sizeof text - 1)])
+                 : static_cast<uint32_t>((i * 7919 + 13) % config.n_vocab);
+  return ids;
+}
+
+size_t peak_rss_bytes() {
+  struct rusage ru {};
+  getrusage(RUSAGE_SELF, &ru);
+  return static_cast<size_t>(ru.ru_maxrss) * 1024;  // Linux reports KiB
+}
+
+}  // namespace sqrtdk::cli
+
+#include <linux/perf_event.h>
+#include <sys/syscall.h>
+
+namespace sqrtdk::cli {
+
+bool hw_counters_available() {
+  perf_event_attr attr{};
+  attr.type = PERF_TYPE_HARDWARE;
+  attr.size = sizeof attr;
+  attr.config = PERF_COUNT_HW_CPU_CYCLES;
+  attr.disabled = 1;
+  attr.exclude_kernel = 1;
+  attr.exclude_hv = 1;
+  const long fd = syscall(SYS_perf_event_open, &attr, 0, -1, -1, 0);
+  if (fd < 0) return false;
+  close(static_cast<int>(fd));
+  return true;
 }
 
 }  // namespace sqrtdk::cli

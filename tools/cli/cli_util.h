@@ -19,7 +19,8 @@ struct ModelArgs {
   int threads = 0;
   std::string isa;
   bool no_verify = false;
-  void add_to(CLI::App& cmd);
+  // with_threads false: the subcommand defines its own --threads (e.g. a list).
+  void add_to(CLI::App& cmd, bool with_threads = true);
   std::shared_ptr<const Model> load() const;
 };
 
@@ -39,5 +40,29 @@ std::string token_text(const ModelConfig& config, uint32_t id);
 
 // Writes a float32 array of the given shape as a NumPy .npy file (version 1.0, little-endian, C order).
 void write_npy(const std::string& path, const float* data, const std::vector<size_t>& shape);
+
+}  // namespace sqrtdk::cli
+
+namespace sqrtdk::cli {
+
+// A progress bar on stderr, drawn only when stderr is a terminal and not --quiet.
+class Progress {
+ public:
+  Progress(std::string label, size_t total, bool quiet);
+  void update(size_t done);
+  ~Progress();
+
+ private:
+  std::string label_;
+  size_t total_;
+  bool enabled_;
+  int last_percent_ = -1;
+};
+
+// Synthetic prompt of n tokens for benchmarks: the byte-level text repeated, or ids cycling through the vocabulary.
+std::vector<uint32_t> synthetic_tokens(const ModelConfig& config, size_t n);
+
+// Peak resident set size of this process so far, in bytes.
+size_t peak_rss_bytes();
 
 }  // namespace sqrtdk::cli

@@ -18,6 +18,12 @@ std::string default_model_path();
 
 void add_run_command(CLI::App& app);
 void add_generate_command(CLI::App& app);
+void add_profile_command(CLI::App& app);
+void add_bench_command(CLI::App& app);
+
+// Whether perf_event_open gives hardware cycle counts here; prints one line saying so.
+bool hw_counters_available();
+void hw_counters_note();
 
 
 }  // namespace sqrtdk::cli

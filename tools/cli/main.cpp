@@ -27,6 +27,8 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   add_run_command(app);
   add_generate_command(app);
+  add_bench_command(app);
+  add_profile_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -1,10 +1,10 @@
 // FMA peak loop for avx2: 10 independent accumulators (FMA latency 4 cycles x 2 pipes = 8 in flight needed; 10
 // leaves margin and no register spills). Compiled with avx2 flags only.
-#include "perf/common/bench_util.h"
+#include "engine/src/roofs.h"
 
 #include <immintrin.h>
 
-namespace sqrtdk::perf {
+namespace sqrtdk::roofs {
 
 float fma_loop_avx2(long iterations) {
   const __m256 a = _mm256_set1_ps(0.999999f), b = _mm256_set1_ps(1e-7f);
@@ -40,4 +40,4 @@ float read_loop_avx2(const float* src, size_t n) {
   return total;
 }
 
-}  // namespace sqrtdk::perf
+}  // namespace sqrtdk::roofs

@@ -1,10 +1,10 @@
 // FMA peak loop for avx512: 10 independent accumulators (FMA latency 4 cycles x 2 pipes = 8 in flight needed; 10
 // leaves margin and no register spills). Compiled with avx512 flags only.
-#include "perf/common/bench_util.h"
+#include "engine/src/roofs.h"
 
 #include <immintrin.h>
 
-namespace sqrtdk::perf {
+namespace sqrtdk::roofs {
 
 float fma_loop_avx512(long iterations) {
   const __m512 a = _mm512_set1_ps(0.999999f), b = _mm512_set1_ps(1e-7f);
@@ -40,4 +40,4 @@ float read_loop_avx512(const float* src, size_t n) {
   return total;
 }
 
-}  // namespace sqrtdk::perf
+}  // namespace sqrtdk::roofs

@@ -1,7 +1,7 @@
 // Scalar multiply-add peak loop (the ref ISA's roof): 8 independent scalar accumulators.
-#include "perf/common/bench_util.h"
+#include "engine/src/roofs.h"
 
-namespace sqrtdk::perf {
+namespace sqrtdk::roofs {
 
 float fma_loop_ref(long iterations) {
   const float a = 0.999999f, b = 1e-7f;
@@ -20,4 +20,4 @@ float read_loop_ref(const float* src, size_t n) {
   return s[0] + s[1] + s[2] + s[3] + s[4] + s[5] + s[6] + s[7];
 }
 
-}  // namespace sqrtdk::perf
+}  // namespace sqrtdk::roofs

@@ -1,0 +1,27 @@
+// The loops that measure the machine's roofs (FMA peak, DRAM read bandwidth), one set per ISA TU
+// (engine/src/roofs_<isa>.cpp). Used by the profiler's calibration and by every benchmark in perf/.
+#pragma once
+
+#include <sqrtdk/isa.h>
+
+#include <cstddef>
+
+namespace sqrtdk::roofs {
+
+// `iterations` rounds of independent FMAs; returns a value that depends on all of them (keeps the loop alive).
+float fma_loop_ref(long iterations);     // 8 scalar multiply-adds per round (no FMA in baseline x86-64)
+float fma_loop_avx2(long iterations);    // 10 ymm FMAs per round
+float fma_loop_avx512(long iterations);  // 10 zmm FMAs per round
+double flops_per_iteration(Isa isa);
+
+// Sum of src[0, n): streaming reads with independent accumulators.
+float read_loop_ref(const float* src, size_t n);
+float read_loop_avx2(const float* src, size_t n);
+float read_loop_avx512(const float* src, size_t n);
+
+// Peak FP32 GFLOP/s of `isa` on `n_threads` threads (best of `reps` runs of `iterations` rounds per thread).
+double measure_fma_gflops(Isa isa, int n_threads, long iterations, int reps);
+// DRAM read GB/s on `n_threads` threads over a `bytes` array (best of `reps`; the array is touched first).
+double measure_read_gbs(int n_threads, size_t bytes, int reps);
+
+}  // namespace sqrtdk::roofs

@@ -1,0 +1,115 @@
+// The profiler's arithmetic (FLOPs and bytes per op against hand-computed values), its outputs (trace JSON,
+// roofline SVG) and its aggregation.
+#include <doctest/doctest.h>
+
+#include <sqrtdk/profiler.h>
+#include <sqrtdk/session.h>
+
+#include "tests/common/toy_model.h"
+#include "tests/common/xml_check.h"
+
+#include <nlohmann/json.hpp>
+
+#include <map>
+
+using namespace sqrtdk;
+
+namespace {
+const OpEvent* find_event(const std::vector<OpEvent>& events, const std::string& op, int layer) {
+  for (const auto& e : events)
+    if (op == e.op && e.layer == layer) return &e;
+  return nullptr;
+}
+}  // namespace
+
+TEST_CASE("profiler: FLOP and byte counts per op match hand-computed values") {
+  test::TempDir dir;
+  const ModelConfig c = test::toy_llama_config();  // d 64, 4 heads / 2 kv heads of 16, d_ff 96, vocab 67
+  test::write_toy_model(dir.file("m.sqdk"), c, 1);
+  Session s(Model::load(dir.file("m.sqdk")));
+  std::vector<OpEvent> events;
+  s.set_op_observer([&](const OpEvent& e) { events.push_back(e); });
+  s.prefill(std::vector<uint32_t>{1, 2, 3, 4, 5});  // n = 5 tokens at positions 0..4
+
+  const OpEvent* qkv = find_event(events, "attn_qkv", 0);
+  REQUIRE(qkv);
+  // N = (4 + 2·2)·16 = 128, K = 64: 2·n·N·K = 2·5·128·64; bytes = 4·(N·K + n·K + n·N).
+  CHECK(qkv->flops == 81920.0);
+  CHECK(qkv->bytes == 4.0 * (128 * 64 + 5 * 64 + 5 * 128));
+  const OpEvent* att = find_event(events, "attention", 1);
+  REQUIRE(att);
+  // Causal pairs = 1 + 2 + 3 + 4 + 5 = 15; 4·head_dim FLOPs per (head, pair): 4·16·4·15.
+  CHECK(att->flops == 3840.0);
+  CHECK(att->n_keys == 5);
+  const OpEvent* down = find_event(events, "ffn_down", 1);
+  REQUIRE(down);
+  // N = 64, K = 96, residual read too: 4·(N·K + n·K + 2·n·N).
+  CHECK(down->flops == 2.0 * 5 * 64 * 96);
+  CHECK(down->bytes == 4.0 * (64 * 96 + 5 * 96 + 2 * 5 * 64));
+  const OpEvent* head = find_event(events, "lm_head", -1);
+  REQUIRE(head);
+  CHECK(head->n_tokens == 1);  // only the last position's logits
+  CHECK(head->flops == 2.0 * 67 * 64);
+  // Every op of every layer reported once, in order, with non-negative durations.
+  std::map<std::string, int> count;
+  for (const auto& e : events) {
+    count[e.op]++;
+    CHECK(e.end_seconds >= e.start_seconds);
+  }
+  CHECK(count["attention"] == 2);
+  CHECK(count["ffn_gate"] == 2);
+  CHECK(count["embedding"] == 1);
+}
+
+TEST_CASE("profiler: aggregates, trace JSON and a well-formed roofline with a point per op") {
+  test::TempDir dir;
+  const ModelConfig c = test::toy_gpt2_config();
+  test::write_toy_model(dir.file("g.sqdk"), c, 2);
+  Session s(Model::load(dir.file("g.sqdk")));
+  Profiler prof(MachineRoofs{Isa::ref, 1, 100.0, 10.0, "given"});
+  s.set_op_observer(prof.observer());
+  prof.set_phase("prefill");
+  prof.begin_step("prefill");
+  s.prefill(std::vector<uint32_t>{3, 4, 5, 6});
+  prof.end_step();
+  prof.set_phase("decode");
+  for (uint32_t t : {7u, 8u}) {
+    prof.begin_step("decode");
+    s.decode(t);
+    prof.end_step();
+  }
+  const auto ops = prof.by_op("decode");
+  REQUIRE(!ops.empty());
+  size_t qkv_calls = 0;
+  for (const auto& o : ops)
+    if (o.op == "attn_qkv") qkv_calls = o.calls;
+  CHECK(qkv_calls == 2 * c.n_layers);  // 2 decode steps × layers
+  CHECK(prof.phase_steps("decode") == 2);
+  CHECK(prof.by_layer("prefill").size() > ops.size());
+
+  // Ridge point 100 / 10 = 10 FLOP/byte: a GEMM over 4 tokens is far below it, so memory-bound.
+  for (const auto& o : prof.by_op("prefill"))
+    if (o.op == "attn_qkv") CHECK(std::string(prof.bound(o)) == "memory");
+
+  const auto trace = nlohmann::json::parse(prof.chrome_trace());
+  size_t op_slices = 0, layer_slices = 0, step_slices = 0;
+  for (const auto& e : trace["traceEvents"]) {
+    if (e.value("cat", "") == "op") op_slices++;
+    if (e.value("cat", "") == "layer") layer_slices++;
+    if (e.value("cat", "") == "step") step_slices++;
+  }
+  CHECK(step_slices == 3);
+  CHECK(layer_slices == 3 * c.n_layers);
+  CHECK(op_slices > layer_slices);
+
+  const std::string svg = prof.roofline_svg();
+  std::string why;
+  CHECK_MESSAGE(test::xml_well_formed(svg, &why), why);
+  size_t points = 0, expected = 0;
+  for (size_t at = svg.find("<circle"); at != std::string::npos; at = svg.find("<circle", at + 1)) points++;
+  for (const auto& phase : prof.phases())
+    for (const auto& o : prof.by_op(phase)) expected += o.flops > 0 && o.bytes > 0 && o.seconds > 0;
+  CHECK(points == expected);
+  CHECK(expected >= 8);
+  CHECK(nlohmann::json::parse(prof.json())["phases"].contains("decode"));
+}

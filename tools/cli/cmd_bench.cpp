@@ -1,0 +1,193 @@
+// sqrtdk bench: prefill and decode throughput, load time and peak RSS, each beside its roofline.
+//
+// Rooflines: prefill tokens/s ≤ FMA peak ÷ FLOPs per token; decode tokens/s ≤ DRAM bandwidth ÷ bytes read per
+// token (all packed weights + the KV cache read at that position). Medians of --reps runs.
+#include "tools/cli/cli_util.h"
+#include "tools/cli/commands.h"
+
+#include <sqrtdk/error.h>
+#include <sqrtdk/profiler.h>
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <sstream>
+
+namespace sqrtdk::cli {
+
+namespace {
+
+struct BenchArgs {
+  ModelArgs model;
+  std::string threads = "1,2";
+  std::string prefill = "32,128,512";
+  size_t decode = 128, decode_prompt = 32;
+  int reps = 5;
+  bool json = false, csv = false, quiet = false;
+};
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+
+// FLOPs of one token at position pos (linear layers + attention over pos + 1 keys + lm head).
+double flops_per_token(const ModelConfig& c, size_t pos) {
+  const double d = c.d_model, hd = c.head_dim, q = c.n_heads * hd, kv = c.n_kv_heads * hd;
+  const double ffn = c.arch == Arch::llama ? 3.0 * d * c.d_ff : 2.0 * d * c.d_ff;
+  const double linear = d * (q + 2 * kv) + q * d + ffn;
+  const double attention = 4.0 * hd * c.n_heads * (pos + 1);
+  return c.n_layers * (2 * linear + attention) + 2.0 * d * c.n_vocab;
+}
+
+struct Row {
+  int threads;
+  std::vector<std::pair<size_t, double>> prefill;  // (tokens, tokens/s)
+  std::vector<double> prefill_roof_pct;
+  double decode_tps = 0, decode_roof_pct = 0, decode_roof_tps = 0;
+};
+
+void run(const BenchArgs& a) {
+  const auto t_load = std::chrono::steady_clock::now();
+  auto model = a.model.load();
+  const double load_seconds = seconds_since(t_load);
+  const ModelConfig& c = model->config();
+  const auto thread_list = parse_token_list(a.threads);
+  const auto prefill_list = parse_token_list(a.prefill);
+  size_t longest = a.decode_prompt + a.decode;
+  for (auto n : prefill_list) longest = std::max<size_t>(longest, n);
+  if (longest > c.max_seq)
+    throw CLI::ValidationError("--prefill/--decode", "needs a context of " + std::to_string(longest) +
+                                                         " but the model's max_seq is " + std::to_string(c.max_seq));
+  const auto tokens = synthetic_tokens(c, longest);
+  const double weight_bytes = static_cast<double>(model->packed_bytes());
+
+  std::vector<Row> rows;
+  nlohmann::json jrows = nlohmann::json::array();
+  size_t total_steps = thread_list.size() * (prefill_list.size() + 1) * (a.reps + 1), step = 0;
+  Progress progress("bench", total_steps, a.quiet);
+  size_t kv_bytes = 0, scratch_bytes = 0;
+  for (uint32_t t : thread_list) {
+    SessionOptions so;
+    so.n_threads = static_cast<int>(t);
+    so.max_context = longest;
+    Session session(model, so);
+    kv_bytes = session.kv_cache_bytes();
+    scratch_bytes = session.scratch_bytes();
+    const MachineRoofs roofs = cached_machine_roofs(model->isa(), static_cast<int>(t));
+    Row row{static_cast<int>(t)};
+    for (uint32_t n : prefill_list) {
+      std::vector<double> tps;
+      for (int r = 0; r <= a.reps; ++r) {  // rep 0 is the warm-up
+        session.reset();
+        const auto t0 = std::chrono::steady_clock::now();
+        session.prefill(std::span<const uint32_t>(tokens.data(), n));
+        if (r > 0) tps.push_back(n / seconds_since(t0));
+        progress.update(++step);
+      }
+      double flops = 0;
+      for (size_t p = 0; p < n; ++p) flops += flops_per_token(c, p);
+      const double roof_tps = roofs.peak_gflops * 1e9 / (flops / n);
+      row.prefill.emplace_back(n, median(tps));
+      row.prefill_roof_pct.push_back(100.0 * median(tps) / roof_tps);
+    }
+    std::vector<double> tps;
+    for (int r = 0; r <= a.reps; ++r) {
+      session.reset();
+      session.prefill(std::span<const uint32_t>(tokens.data(), a.decode_prompt));
+      const auto t0 = std::chrono::steady_clock::now();
+      for (size_t i = 0; i < a.decode; ++i) session.decode(tokens[a.decode_prompt + i]);
+      if (r > 0) tps.push_back(a.decode / seconds_since(t0));
+      progress.update(++step);
+    }
+    // Bytes per decoded token: every packed weight once + K and V of the mean cache length.
+    const double mean_keys = a.decode_prompt + 0.5 * a.decode;
+    const double bytes_per_token =
+        weight_bytes + 2.0 * c.n_layers * c.n_kv_heads * c.head_dim * mean_keys * sizeof(float);
+    row.decode_tps = median(tps);
+    row.decode_roof_tps = roofs.dram_gbs * 1e9 / bytes_per_token;
+    row.decode_roof_pct = 100.0 * row.decode_tps / row.decode_roof_tps;
+    nlohmann::json jr = {{"threads", t}, {"decode_tokens_per_s", row.decode_tps},
+                         {"decode_ms_per_token", 1e3 / row.decode_tps}, {"decode_roof_tokens_per_s", row.decode_roof_tps},
+                         {"decode_pct_of_roofline", row.decode_roof_pct}, {"peak_gflops", roofs.peak_gflops},
+                         {"dram_gbs", roofs.dram_gbs}, {"roofs_source", roofs.source}};
+    for (size_t i = 0; i < row.prefill.size(); ++i)
+      jr["prefill"].push_back({{"tokens", row.prefill[i].first}, {"tokens_per_s", row.prefill[i].second},
+                               {"pct_of_roofline", row.prefill_roof_pct[i]}});
+    jrows.push_back(jr);
+    rows.push_back(row);
+  }
+  const double rss_mb = peak_rss_bytes() / 1048576.0;
+  const double model_mb = weight_bytes / 1048576.0, kv_mb = kv_bytes / 1048576.0, scratch_mb = scratch_bytes / 1048576.0;
+
+  if (a.json) {
+    nlohmann::json j = {{"model", model->path()}, {"arch", arch_name(c.arch)}, {"n_params", model->n_params()},
+                        {"isa", isa_name(model->isa())}, {"load_seconds", load_seconds}, {"peak_rss_mb", rss_mb},
+                        {"packed_weights_mb", model_mb}, {"session_scratch_mb", scratch_mb}, {"kv_cache_mb", kv_mb},
+                        {"decode_prompt", a.decode_prompt}, {"decode_tokens", a.decode}, {"reps", a.reps},
+                        {"results", jrows}};
+    std::printf("%s\n", j.dump(2).c_str());
+    return;
+  }
+  if (a.csv) {
+    std::printf("threads,kind,tokens,tokens_per_s,pct_of_roofline\n");
+    for (const Row& r : rows) {
+      for (size_t i = 0; i < r.prefill.size(); ++i)
+        std::printf("%d,prefill,%zu,%.2f,%.1f\n", r.threads, r.prefill[i].first, r.prefill[i].second,
+                    r.prefill_roof_pct[i]);
+      std::printf("%d,decode,%zu,%.2f,%.1f\n", r.threads, a.decode, r.decode_tps, r.decode_roof_pct);
+    }
+    return;
+  }
+  std::printf("model %s: %s, %.2f M params, ISA %s; load %.3f s; peak RSS %.1f MiB (packed weights %.1f + "
+              "session %.1f, of which KV cache %.1f)\n\n",
+              model->path().c_str(), arch_name(c.arch), model->n_params() / 1e6, isa_name(model->isa()), load_seconds,
+              rss_mb, model_mb, scratch_mb, kv_mb);
+  std::ostringstream head, sep;
+  head << "| threads |";
+  sep << "|---|";
+  for (auto n : prefill_list) {
+    head << " prefill " << n << " tok/s (% roof) |";
+    sep << "---|";
+  }
+  head << " decode tok/s (% roof) | ms/token |";
+  sep << "---|---|";
+  std::printf("%s\n%s\n", head.str().c_str(), sep.str().c_str());
+  for (const Row& r : rows) {
+    std::printf("| %d |", r.threads);
+    for (size_t i = 0; i < r.prefill.size(); ++i)
+      std::printf(" %.1f (%.0f%%) |", r.prefill[i].second, r.prefill_roof_pct[i]);
+    std::printf(" %.1f (%.0f%%) | %.2f |\n", r.decode_tps, r.decode_roof_pct, 1e3 / r.decode_tps);
+  }
+  std::printf("\ndecode: %zu tokens after a %zu-token prompt; medians of %d runs; roofline = FMA peak / FLOPs per "
+              "token (prefill), DRAM bandwidth / bytes per token (decode)\n",
+              a.decode, a.decode_prompt, a.reps);
+}
+
+}  // namespace
+
+void add_bench_command(CLI::App& app) {
+  auto a = std::make_shared<BenchArgs>();
+  CLI::App* cmd = app.add_subcommand("bench", "Prefill and decode tokens/s, load time, peak RSS, % of roofline.");
+  cmd->footer("Examples:\n  sqrtdk bench\n  sqrtdk bench --model llama110m.sqdk --threads 1,2 --json\n"
+              "  sqrtdk bench --prefill 32,128,512 --decode 128 --decode-prompt 32 --csv");
+  a->model.add_to(*cmd, /*with_threads=*/false);
+  cmd->add_option("-t,--threads", a->threads, "thread counts, comma-separated")->capture_default_str();
+  cmd->add_option("--prefill", a->prefill, "prefill lengths, comma-separated")->capture_default_str();
+  cmd->add_option("--decode", a->decode, "decode steps")->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_option("--decode-prompt", a->decode_prompt, "prompt tokens before decoding")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_option("--reps", a->reps, "repetitions (median reported)")->check(CLI::PositiveNumber)->capture_default_str();
+  auto* j = cmd->add_flag("--json", a->json, "print JSON");
+  cmd->add_flag("--csv", a->csv, "print CSV")->excludes(j);
+  cmd->add_flag("-q,--quiet", a->quiet, "no progress bar");
+  cmd->callback([a] { run(*a); });
+}
+
+}  // namespace sqrtdk::cli

@@ -1,0 +1,124 @@
+// sqrtdk profile: per-op timings of a prefill and a few decode steps, against the machine's roofline.
+#include "tools/cli/cli_util.h"
+#include "tools/cli/commands.h"
+
+#include <sqrtdk/error.h>
+#include <sqrtdk/profiler.h>
+
+#include <cstdio>
+#include <fstream>
+
+namespace sqrtdk::cli {
+
+namespace {
+
+struct ProfileArgs {
+  ModelArgs model;
+  size_t prefill = 128;
+  size_t decode = 32;
+  std::string trace, roofline;
+  bool json = false, by_layer = false, quiet = false;
+  double peak_gflops = 0, dram_gbs = 0;
+};
+
+void write_file(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary);
+  if (!(out << text) || !out.flush()) throw Error(path + ": cannot write");
+}
+
+void run(const ProfileArgs& a) {
+  auto model = a.model.load();
+  const ModelConfig& c = model->config();
+  SessionOptions so;
+  so.n_threads = a.model.threads;
+  Session session(model, so);
+  if (a.prefill + a.decode > session.max_context())
+    throw CLI::ValidationError("--prefill/--decode", "prefill + decode = " + std::to_string(a.prefill + a.decode) +
+                                                         " exceeds the context " +
+                                                         std::to_string(session.max_context()));
+  MachineRoofs roofs;
+  if (a.peak_gflops > 0 && a.dram_gbs > 0) {
+    roofs = {model->isa(), session.n_threads(), a.peak_gflops, a.dram_gbs, "given"};
+  } else {
+    if (!a.quiet) std::fprintf(stderr, "calibrating the machine's roofs (cached after the first run)...\n");
+    roofs = cached_machine_roofs(model->isa(), session.n_threads());
+  }
+  const auto tokens = synthetic_tokens(c, a.prefill + a.decode);
+  // Warm-up pass (page faults, OpenMP pool start) outside the profile.
+  session.prefill(std::span<const uint32_t>(tokens.data(), std::min<size_t>(a.prefill, 8)));
+  session.reset();
+
+  Profiler prof(roofs);
+  session.set_op_observer(prof.observer());
+  prof.set_phase("prefill");
+  prof.begin_step("prefill " + std::to_string(a.prefill) + " tokens");
+  session.prefill(std::span<const uint32_t>(tokens.data(), a.prefill));
+  prof.end_step();
+  prof.set_phase("decode");
+  Progress progress("decode", a.decode, a.quiet);
+  for (size_t i = 0; i < a.decode; ++i) {
+    prof.begin_step("decode pos " + std::to_string(a.prefill + i));
+    session.decode(tokens[a.prefill + i]);
+    prof.end_step();
+    progress.update(i + 1);
+  }
+  session.set_op_observer(nullptr);
+
+  if (!a.trace.empty()) write_file(a.trace, prof.chrome_trace());
+  if (!a.roofline.empty()) write_file(a.roofline, prof.roofline_svg());
+  if (a.json) {
+    std::printf("%s\n", prof.json().c_str());
+    return;
+  }
+  std::printf("model %s: %s, %u layers, d_model %u, %.2f M params, ISA %s, %d threads\n", model->path().c_str(),
+              arch_name(c.arch), c.n_layers, c.d_model, model->n_params() / 1e6, isa_name(model->isa()),
+              session.n_threads());
+  std::printf("roofs (%s): FMA peak %.1f GFLOP/s, DRAM read %.1f GB/s, ridge point %.1f FLOP/byte\n",
+              roofs.source.c_str(), roofs.peak_gflops, roofs.dram_gbs, roofs.ridge_point());
+  hw_counters_note();
+  for (const char* phase : {"prefill", "decode"}) {
+    const double secs = prof.phase_seconds(phase);
+    const size_t n_tok = std::string(phase) == "prefill" ? a.prefill : a.decode;
+    std::printf("\n== %s: %zu tokens, %.3f ms (%.1f tokens/s)\n", phase, n_tok, secs * 1e3, n_tok / secs);
+    std::printf("%s", prof.table(phase).c_str());
+    if (a.by_layer) {
+      std::printf("-- by layer --\n");
+      for (const auto& s : prof.by_layer(phase))
+        std::printf("layer %3d %-11s %9.3f ms %8.1f GFLOP/s %7.1f GB/s\n", s.layer, s.op.c_str(), s.seconds * 1e3,
+                    s.gflops(), s.gbs());
+    }
+  }
+  if (!a.trace.empty()) std::printf("\ntrace: %s (open in https://ui.perfetto.dev or chrome://tracing)\n", a.trace.c_str());
+  if (!a.roofline.empty()) std::printf("roofline: %s\n", a.roofline.c_str());
+}
+
+}  // namespace
+
+void hw_counters_note() {
+  // Hardware counters per op need perf_event_open; many VMs (this one) do not expose them. Say so once.
+  std::printf("hardware counters: %s\n", hw_counters_available()
+                                             ? "available (use `perf stat` / `perf record` on sqrtdk bench)"
+                                             : "not supported here (perf_event_open refused cycles); timings only");
+}
+
+void add_profile_command(CLI::App& app) {
+  auto a = std::make_shared<ProfileArgs>();
+  CLI::App* cmd = app.add_subcommand("profile", "Per-op timings of prefill and decode against the roofline.");
+  cmd->footer("Examples:\n  sqrtdk profile\n  sqrtdk profile --prefill 512 --decode 64 --by-layer\n"
+              "  sqrtdk profile --trace trace.json --roofline roofline.svg\n"
+              "The roofs are measured once and cached in ~/.cache/sqrtdk/roofs.json; --peak-gflops and\n"
+              "--bandwidth-gbs give them instead.");
+  a->model.add_to(*cmd);
+  cmd->add_option("--prefill", a->prefill, "prompt tokens to prefill")->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_option("--decode", a->decode, "decode steps after the prompt")->capture_default_str();
+  cmd->add_option("--trace", a->trace, "write a Chrome trace-event JSON (Perfetto) here");
+  cmd->add_option("--roofline", a->roofline, "write the roofline picture (SVG) here");
+  cmd->add_option("--peak-gflops", a->peak_gflops, "FMA peak to use instead of measuring");
+  cmd->add_option("--bandwidth-gbs", a->dram_gbs, "DRAM read bandwidth to use instead of measuring");
+  cmd->add_flag("--by-layer", a->by_layer, "also print every (layer, op)");
+  cmd->add_flag("--json", a->json, "print JSON");
+  cmd->add_flag("-q,--quiet", a->quiet, "no progress output");
+  cmd->callback([a] { run(*a); });
+}
+
+}  // namespace sqrtdk::cli
