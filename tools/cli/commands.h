@@ -24,6 +24,8 @@ void add_bench_command(CLI::App& app);
 // Whether perf_event_open gives hardware cycle counts here; prints one line saying so.
 bool hw_counters_available();
 void hw_counters_note();
+void add_inspect_command(CLI::App& app);   // tools/cli/cmd_inspect.cpp
+void add_make_toy_command(CLI::App& app);  // tools/cli/cmd_make_toy.cpp
 
 
 }  // namespace sqrtdk::cli

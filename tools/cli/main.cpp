@@ -29,6 +29,8 @@ int main(int argc, char** argv) {
   add_generate_command(app);
   add_bench_command(app);
   add_profile_command(app);
+  add_inspect_command(app);
+  add_make_toy_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
