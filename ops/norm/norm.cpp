@@ -1,0 +1,73 @@
+// LayerNorm / RMSNorm: argument checks, row split over threads, dispatch on Isa.
+#include "ops/norm/norm.h"
+
+#include "engine/src/threading.h"
+
+#include <sqrtdk/error.h>
+
+#include <cmath>
+#include <string>
+
+namespace sqrtdk::ops {
+namespace {
+
+void check_rows(const char* op, const float* src, size_t n_rows, size_t d, size_t ld_src, const float* weight,
+                float eps, const float* dst, size_t ld_dst) {
+  const std::string where = std::string(op) + ": ";
+  if (d == 0) throw Error(where + "row width d must be >= 1");
+  if (ld_src < d || ld_dst < d)
+    throw Error(where + "leading dimensions ld_src " + std::to_string(ld_src) + ", ld_dst " + std::to_string(ld_dst) +
+                " must be >= d " + std::to_string(d));
+  if (n_rows > 0 && (src == nullptr || dst == nullptr || weight == nullptr))
+    throw Error(where + "src, weight and dst must not be null");
+  if (!(eps > 0.0f) || !std::isfinite(eps)) throw Error(where + "eps must be finite and > 0, got " + std::to_string(eps));
+}
+
+// Runs fn(row_begin, row_end) over the rows split between n_threads (never more threads than rows).
+template <class F>
+void for_row_ranges(size_t n_rows, int n_threads, F fn) {
+  const int threads = static_cast<int>(std::min<size_t>(static_cast<size_t>(resolve_threads(n_threads)), n_rows));
+  if (threads <= 1) {
+    fn(size_t{0}, n_rows);
+    return;
+  }
+#pragma omp parallel num_threads(threads)
+  {
+    const Range range = split_range(n_rows, static_cast<size_t>(threads), static_cast<size_t>(omp_get_thread_num()));
+    fn(range.begin, range.end);
+  }
+}
+
+}  // namespace
+
+void layer_norm(Isa isa, const float* src, size_t n_rows, size_t d, size_t ld_src, const float* weight,
+                const float* bias, float eps, float* dst, size_t ld_dst, int n_threads) {
+  check_rows("layer_norm", src, n_rows, d, ld_src, weight, eps, dst, ld_dst);
+  for_row_ranges(n_rows, n_threads, [&](size_t begin, size_t end) {
+    const float* s = src + begin * ld_src;
+    float* o = dst + begin * ld_dst;
+    const size_t rows = end - begin;
+    switch (isa) {
+      case Isa::avx512: layer_norm_rows_avx512(s, rows, d, ld_src, weight, bias, eps, o, ld_dst); break;
+      case Isa::avx2: layer_norm_rows_avx2(s, rows, d, ld_src, weight, bias, eps, o, ld_dst); break;
+      case Isa::ref: layer_norm_ref(s, rows, d, ld_src, weight, bias, eps, o, ld_dst); break;
+    }
+  });
+}
+
+void rms_norm(Isa isa, const float* src, size_t n_rows, size_t d, size_t ld_src, const float* weight, float eps,
+              float* dst, size_t ld_dst, int n_threads) {
+  check_rows("rms_norm", src, n_rows, d, ld_src, weight, eps, dst, ld_dst);
+  for_row_ranges(n_rows, n_threads, [&](size_t begin, size_t end) {
+    const float* s = src + begin * ld_src;
+    float* o = dst + begin * ld_dst;
+    const size_t rows = end - begin;
+    switch (isa) {
+      case Isa::avx512: rms_norm_rows_avx512(s, rows, d, ld_src, weight, eps, o, ld_dst); break;
+      case Isa::avx2: rms_norm_rows_avx2(s, rows, d, ld_src, weight, eps, o, ld_dst); break;
+      case Isa::ref: rms_norm_ref(s, rows, d, ld_src, weight, eps, o, ld_dst); break;
+    }
+  });
+}
+
+}  // namespace sqrtdk::ops
