@@ -1,0 +1,77 @@
+// Softmax: the row-wise softmax (scale and mask fused), the vectorized exp behind it, and the online (streaming)
+// softmax state that fused attention folds key tiles into.
+//
+//   softmax_rows:  dst[r][j] = exp(y[r][j] - max_j y[r][j]) / sum_j exp(y[r][j] - max_j y[r][j]),
+//                  y[r][j] = scale * src[r][j] + mask.additive[r][j]   (additive mask optional, -inf masks out)
+//                  causal mask: row r keeps columns 0 .. pos0 + r, every later column becomes exactly 0.
+//   Edge behaviour (each tested): inputs are shifted by the row max, so [1000, 1001, 1002] == [0, 1, 2] (no
+//   overflow); a fully masked row (every y = -inf, or causal with no visible column) gives all zeros, never NaN;
+//   any NaN in a row makes the whole row NaN (never silently hidden); an input of +inf makes its row NaN.
+//   Accuracy: each output within about 4 ulp + n * 2^-24 relative of the exact value (exp error plus the sum's
+//   rounding); rows of 1 .. 100 000 columns sum to 1 within 1e-6.
+//   Threading: rows split over n_threads (0 = default); each row is computed by one thread, so the result is
+//   bit-identical for any thread count. src == dst (in place) is allowed; other overlaps are not.
+#pragma once
+
+#include <sqrtdk/isa.h>
+
+#include <cstddef>
+#include <limits>
+
+namespace sqrtdk::ops {
+
+struct SoftmaxMask {
+  const float* additive = nullptr;  // [n_rows][ld] added after scaling; -inf masks a column out
+  size_t ld = 0;
+  bool causal = false;  // row r keeps columns 0 .. pos0 + r
+  size_t pos0 = 0;
+};
+
+// src: [n_rows][ld_src], dst: [n_rows][ld_dst] (n_cols used of each). Throws sqrtdk::Error on bad arguments.
+void softmax_rows(Isa isa, size_t n_rows, size_t n_cols, const float* src, size_t ld_src, float* dst, size_t ld_dst,
+                  float scale = 1.0f, const SoftmaxMask& mask = {}, int n_threads = 1);
+
+// The specification: plain loops, double accumulation, same edge behaviour.
+void softmax_rows_ref(size_t n_rows, size_t n_cols, const float* src, size_t ld_src, float* dst, size_t ld_dst,
+                      float scale = 1.0f, const SoftmaxMask& mask = {});
+
+// ---- exp_rr2_p5: the vectorized exp ----
+// Algorithm (XNNPACK naming): range reduction in 2 steps (Cody-Waite: x = n*ln2 + t, ln2 split into a hi part
+// with 8 trailing zero bits and a lo part, |t| <= ln2/2), a degree-5 minimax polynomial for exp(t), then
+// scaling by 2^n (avx512: vscalefps; avx2: two exponent-field multiplies so subnormal results round once).
+// Max error, measured over every float by bench-softmax --exp-ulp (and by a strided sweep in the tests):
+// kExpRr2P5MaxUlp. exp(x) = +inf for x > 88.7228, 0 for x < -103.973 (subnormals in between are kept),
+// exp(-inf) = 0, exp(+inf) = +inf, NaN -> NaN.
+inline constexpr double kExpRr2P5MaxUlp = 2.0;
+void exp_rr2_p5(Isa isa, const float* src, float* dst, size_t n);
+
+// ---- Online (streaming) softmax ----
+// The state of one row whose scores arrive block by block: max = largest score so far, sum = sum of
+// exp(score - max) so far. Folding a new block raises max and rescales sum (and the caller's accumulators,
+// e.g. attention's output row) by exp(old_max - new_max).
+struct OnlineSoftmaxState {
+  float max = -std::numeric_limits<float>::infinity();
+  float sum = 0.0f;
+};
+
+// Folds scores[0, n) into `state`: overwrites scores with exp(score - new_max) and returns the factor
+// exp(old_max - new_max) by which accumulators built under the old max must be multiplied (1 if unchanged,
+// 0 on the first block). A block of all -inf leaves the state unchanged and writes zeros.
+float online_softmax_update(Isa isa, OnlineSoftmaxState& state, float* scores, size_t n);
+
+// Merges two partial states (e.g. two cache chunks of one decode row): returns the merged state and the factors
+// by which a's and b's accumulators must be multiplied before adding them.
+OnlineSoftmaxState online_softmax_merge(const OnlineSoftmaxState& a, const OnlineSoftmaxState& b, float& factor_a,
+                                        float& factor_b);
+
+// Per-ISA entry points (no argument checks; used by the dispatch above and by benchmarks).
+void softmax_rows_avx512(size_t n_rows, size_t n_cols, const float* src, size_t ld_src, float* dst, size_t ld_dst,
+                         float scale, const SoftmaxMask& mask);
+void softmax_rows_avx2(size_t n_rows, size_t n_cols, const float* src, size_t ld_src, float* dst, size_t ld_dst,
+                       float scale, const SoftmaxMask& mask);
+void exp_rr2_p5_avx512(const float* src, float* dst, size_t n);
+void exp_rr2_p5_avx2(const float* src, float* dst, size_t n);
+float online_softmax_update_avx512(OnlineSoftmaxState& state, float* scores, size_t n);
+float online_softmax_update_avx2(OnlineSoftmaxState& state, float* scores, size_t n);
+
+}  // namespace sqrtdk::ops

@@ -1,0 +1,247 @@
+// SIMD building blocks of softmax and attention, written once as templates on the xsimd Arch and instantiated per
+// ISA (softmax_avx2.cpp with xsimd::fma3<xsimd::avx2>, softmax_avx512.cpp with xsimd::avx512bw; attention's TUs
+// include this header too). Everything here is a template on Arch (ODR safety across TUs with different -m flags).
+//
+//   load_partial / store_partial  first n < W lanes (masked load/store, never touching memory past n)
+//   exp_rr2_p5                   vectorized exp (contract in softmax.h)
+//   softmax_row                  one row: max, exp + sum, normalize (scale, additive mask, valid length fused)
+//   online_softmax_block         fold a block of one row into an OnlineSoftmaxState
+#pragma once
+
+#include "ops/softmax/softmax.h"
+
+// GCC 12.2 warns "__Y may be used uninitialized" inside its own AVX-512 intrinsic headers (_mm512_undefined_ps,
+// GCC PR 105593, fixed in 12.3). The warning takes the pragma state at the header's location, so silence it here,
+// around the first inclusion of the intrinsic headers.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+#include <xsimd/xsimd.hpp>
+#pragma GCC diagnostic pop
+
+#include <algorithm>
+#include <cassert>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+
+namespace sqrtdk::ops::simd {
+
+template <class Arch>
+inline constexpr bool kIsAvx512 = std::is_base_of_v<xsimd::avx512f, Arch>;
+
+template <class Arch>
+using Batch = xsimd::batch<float, Arch>;
+
+// Lanes [0, n) from p (n < W), the rest `fill`. Never reads past p + n.
+template <class Arch>
+inline Batch<Arch> load_partial(const float* p, size_t n, float fill = 0.0f) {
+  if constexpr (kIsAvx512<Arch>) {
+    const __mmask16 m = static_cast<__mmask16>((1u << n) - 1u);
+    return _mm512_mask_loadu_ps(_mm512_set1_ps(fill), m, p);
+  } else {
+    const __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    const __m256 v = _mm256_maskload_ps(p, m);
+    return _mm256_blendv_ps(_mm256_set1_ps(fill), v, _mm256_castsi256_ps(m));
+  }
+}
+
+// Stores lanes [0, n) of v to p (n < W). Never writes past p + n.
+template <class Arch>
+inline void store_partial(float* p, Batch<Arch> v, size_t n) {
+  if constexpr (kIsAvx512<Arch>) {
+    _mm512_mask_storeu_ps(p, static_cast<__mmask16>((1u << n) - 1u), v);
+  } else {
+    const __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    _mm256_maskstore_ps(p, m, v);
+  }
+}
+
+template <class Arch>
+inline float reduce_max(Batch<Arch> v) {
+  alignas(64) float lanes[Batch<Arch>::size];
+  v.store_aligned(lanes);
+  float m = lanes[0];
+  for (size_t i = 1; i < Batch<Arch>::size; ++i) m = lanes[i] > m ? lanes[i] : m;
+  return m;
+}
+
+// exp_rr2_p5 (contract in softmax.h).
+template <class Arch>
+inline Batch<Arch> exp_rr2_p5(Batch<Arch> x) {
+  using B = Batch<Arch>;
+  // Clamp so n stays in [-150, 129] (both scale halves normal); select keeps NaN (comparisons with NaN are false).
+  const B lo(-104.0f), hi(89.0f);
+  B xc = xsimd::select(x < lo, lo, x);
+  xc = xsimd::select(xc > hi, hi, xc);
+  const B n = xsimd::nearbyint(xc * B(0x1.715476p+0f));
+  // t = x - n*ln2 in two steps: ln2_hi has 8 trailing zero bits, so n*ln2_hi is exact for |n| <= 2^8.
+  B t = xsimd::fnma(n, B(0x1.62E400p-1f), xc);
+  t = xsimd::fnma(n, B(0x1.7F7D1Cp-20f), t);
+  // exp(t) ~ 1 + t*(c1 + t*(c2 + t*(c3 + t*(c4 + t*c5)))) on [-ln2/2, ln2/2] (minimax coefficients of XNNPACK's
+  // f32 rr2_p5 kernels).
+  B p = xsimd::fma(B(0x1.0F9F9Cp-7f), t, B(0x1.573A1Ap-5f));
+  p = xsimd::fma(p, t, B(0x1.555A80p-3f));
+  p = xsimd::fma(p, t, B(0x1.FFFDC6p-2f));
+  p = xsimd::fma(p, t, B(0x1.FFFFF6p-1f));
+  p = xsimd::fma(p, t, B(1.0f));
+  if constexpr (kIsAvx512<Arch>) {
+    return B(_mm512_scalef_ps(p, n));  // p * 2^n, subnormal results rounded once, overflow to inf
+  } else {
+    // 2^n as two normal powers of two (n1 = floor(n/2), n2 = n - n1, both in [-75, 65]) so that a subnormal
+    // result is rounded once, in the last multiply.
+    const __m256i ni = _mm256_cvtps_epi32(n);
+    const __m256i n1 = _mm256_srai_epi32(ni, 1);
+    const __m256i n2 = _mm256_sub_epi32(ni, n1);
+    const __m256i bias = _mm256_set1_epi32(127);
+    const __m256 s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n1, bias), 23));
+    const __m256 s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n2, bias), 23));
+    return B(_mm256_mul_ps(_mm256_mul_ps(p, s1), s2));
+  }
+}
+
+template <class Arch>
+inline void exp_array(const float* src, float* dst, size_t n) {
+  using B = Batch<Arch>;
+  constexpr size_t W = B::size;
+  size_t i = 0;
+  for (; i + W <= n; i += W) exp_rr2_p5<Arch>(B::load_unaligned(src + i)).store_unaligned(dst + i);
+  if (i < n) store_partial<Arch>(dst + i, exp_rr2_p5<Arch>(load_partial<Arch>(src + i, n - i)), n - i);
+}
+
+// Lanes >= n of v replaced by `fill` (n < W).
+template <class Arch>
+inline Batch<Arch> fill_from(Batch<Arch> v, size_t n, float fill) {
+  if constexpr (kIsAvx512<Arch>) {
+    return _mm512_mask_blend_ps(static_cast<__mmask16>((1u << n) - 1u), _mm512_set1_ps(fill), v);
+  } else {
+    const __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    return _mm256_blendv_ps(_mm256_set1_ps(fill), v, _mm256_castsi256_ps(m));
+  }
+}
+
+// One softmax row: dst[j] = softmax(scale*src + mask)[j] for j < n_valid, dst[j] = 0 for n_valid <= j < n_cols.
+// mask may be null. Three passes (max; exp + sum; normalize): the row is read from memory once, the later passes
+// hit cache for rows up to L2 size.
+template <class Arch>
+inline void softmax_row(const float* src, float* dst, size_t n_valid, size_t n_cols, float scale, const float* mask) {
+  using B = Batch<Arch>;
+  constexpr size_t W = B::size;
+  const float inf = std::numeric_limits<float>::infinity();
+  const B vscale(scale);
+  auto y_at = [&](size_t j) {
+    const B x = B::load_unaligned(src + j);
+    return mask ? xsimd::fma(x, vscale, B::load_unaligned(mask + j)) : x * vscale;
+  };
+  auto y_tail = [&](size_t j) {
+    const size_t n = n_valid - j;
+    const B x = load_partial<Arch>(src + j, n);
+    return fill_from<Arch>(mask ? xsimd::fma(x, vscale, load_partial<Arch>(mask + j, n)) : x * vscale, n, -inf);
+  };
+  // Pass 1: the max of y. Four accumulators hide the max latency.
+  B m0(-inf), m1(-inf), m2(-inf), m3(-inf);
+  size_t j = 0;
+  for (; j + 4 * W <= n_valid; j += 4 * W) {
+    m0 = xsimd::max(m0, y_at(j));
+    m1 = xsimd::max(m1, y_at(j + W));
+    m2 = xsimd::max(m2, y_at(j + 2 * W));
+    m3 = xsimd::max(m3, y_at(j + 3 * W));
+  }
+  for (; j + W <= n_valid; j += W) m0 = xsimd::max(m0, y_at(j));
+  if (j < n_valid) m1 = xsimd::max(m1, y_tail(j));
+  const float row_max = reduce_max<Arch>(xsimd::max(xsimd::max(m0, m1), xsimd::max(m2, m3)));
+  if (row_max == -inf) {
+    // Fully masked row: zeros, unless a NaN hid from the max (x86 max drops a NaN operand): then NaN.
+    bool has_nan = false;
+    for (size_t i = 0; i < n_valid; ++i) has_nan |= std::isnan(src[i]) || (mask && std::isnan(mask[i]));
+    const float fill = has_nan ? std::numeric_limits<float>::quiet_NaN() : 0.0f;
+    for (size_t i = 0; i < n_valid; ++i) dst[i] = fill;
+    for (size_t i = n_valid; i < n_cols; ++i) dst[i] = 0.0f;
+    return;
+  }
+  // Pass 2: e = exp(y - max), stored, summed. A NaN anywhere makes the sum NaN, so pass 3 spreads it to the row.
+  // The sum runs in float within chunks of 16 vectors and in double across chunks, so long rows (100 000 columns)
+  // still sum to 1 within 1e-6 after normalization.
+  const B vmax(row_max);
+  double sum = 0.0;
+  j = 0;
+  while (j + W <= n_valid) {
+    const size_t chunk_end = std::min(n_valid - (n_valid - j) % W, j + 16 * W);
+    B s0(0.0f), s1(0.0f);
+    for (; j + 2 * W <= chunk_end; j += 2 * W) {
+      const B e0 = exp_rr2_p5<Arch>(y_at(j) - vmax);
+      const B e1 = exp_rr2_p5<Arch>(y_at(j + W) - vmax);
+      e0.store_unaligned(dst + j);
+      e1.store_unaligned(dst + j + W);
+      s0 += e0;
+      s1 += e1;
+    }
+    for (; j < chunk_end; j += W) {
+      const B e = exp_rr2_p5<Arch>(y_at(j) - vmax);
+      e.store_unaligned(dst + j);
+      s0 += e;
+    }
+    sum += xsimd::hadd(s0 + s1);
+  }
+  if (j < n_valid) {
+    const B e = fill_from<Arch>(exp_rr2_p5<Arch>(y_tail(j) - vmax), n_valid - j, 0.0f);
+    store_partial<Arch>(dst + j, e, n_valid - j);
+    sum += xsimd::hadd(e);
+  }
+  // Pass 3: normalize.
+  const B inv(static_cast<float>(1.0 / sum));
+  j = 0;
+  for (; j + W <= n_valid; j += W) (B::load_unaligned(dst + j) * inv).store_unaligned(dst + j);
+  if (j < n_valid) store_partial<Arch>(dst + j, load_partial<Arch>(dst + j, n_valid - j) * inv, n_valid - j);
+  for (size_t i = n_valid; i < n_cols; ++i) dst[i] = 0.0f;
+}
+
+template <class Arch>
+inline void softmax_rows(size_t n_rows, size_t n_cols, const float* src, size_t ld_src, float* dst, size_t ld_dst,
+                         float scale, const SoftmaxMask& mask) {
+  for (size_t r = 0; r < n_rows; ++r) {
+    const size_t n_valid = mask.causal ? std::min(n_cols, mask.pos0 + r + 1) : n_cols;
+    softmax_row<Arch>(src + r * ld_src, dst + r * ld_dst, n_valid, n_cols, scale,
+                      mask.additive ? mask.additive + r * mask.ld : nullptr);
+  }
+}
+
+// Folds scores[0, n) into state (contract: online_softmax_update in softmax.h).
+template <class Arch>
+inline float online_softmax_block(OnlineSoftmaxState& state, float* scores, size_t n) {
+  using B = Batch<Arch>;
+  constexpr size_t W = B::size;
+  const float inf = std::numeric_limits<float>::infinity();
+  B m0(-inf);
+  size_t j = 0;
+  for (; j + W <= n; j += W) m0 = xsimd::max(m0, B::load_unaligned(scores + j));
+  if (j < n) m0 = xsimd::max(m0, load_partial<Arch>(scores + j, n - j, -inf));
+  const float block_max = reduce_max<Arch>(m0);
+  const float new_max = block_max > state.max ? block_max : state.max;
+  if (new_max == -inf) {
+    for (size_t i = 0; i < n; ++i) scores[i] = 0.0f;
+    return 1.0f;
+  }
+  const B vmax(new_max);
+  B s(0.0f);
+  j = 0;
+  for (; j + W <= n; j += W) {
+    const B e = exp_rr2_p5<Arch>(B::load_unaligned(scores + j) - vmax);
+    e.store_unaligned(scores + j);
+    s += e;
+  }
+  if (j < n) {
+    const B e = fill_from<Arch>(exp_rr2_p5<Arch>(load_partial<Arch>(scores + j, n - j) - vmax), n - j, 0.0f);
+    store_partial<Arch>(scores + j, e, n - j);
+    s += e;
+  }
+  const float factor = state.max == -inf ? 0.0f : std::exp(state.max - new_max);
+  state.sum = state.sum * factor + xsimd::hadd(s);
+  state.max = new_max;
+  return factor;
+}
+
+}  // namespace sqrtdk::ops::simd
