@@ -1,0 +1,423 @@
+// GEMM driver (baseline ISA): argument checks, weight packing, the thread split and dispatch to the per-ISA
+// kernels (gemm_avx2.cpp, gemm_avx512.cpp), the double-precision reference, and gemm_unpacked for attention.
+//
+// Thread split: the output is cut into a tm × tn grid of regions whose borders fall on the kernel's tile grid
+// (multiples of mr rows and nr columns), so every element is computed by the same kernel in the same K order for
+// any thread count: results are bit-identical. M ≤ 16 (decode, small batch) splits N only, so each thread streams
+// its own share of the weights once.
+// Scratch: thread_local buffers (packed A blocks; copies of epilogue operands that alias dst) that grow on first use
+// and are then reused: no allocation in the hot path once warm. OpenMP pool threads keep them across calls.
+#include "ops/gemm/gemm.h"
+
+#include "engine/src/aligned_buffer.h"
+#include "engine/src/threading.h"
+#include "ops/gemm/gemm_kernels.h"
+
+#include <sqrtdk/error.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <string>
+#include <vector>
+
+namespace sqrtdk::ops {
+
+using gemm_detail::BlockSizes;
+using gemm_detail::GemmCall;
+
+const char* activation_name(Activation activation) {
+  switch (activation) {
+    case Activation::none: return "none";
+    case Activation::gelu_tanh: return "gelu_tanh";
+    case Activation::silu: return "silu";
+  }
+  return "unknown";
+}
+
+float gelu_tanh_ref(float x) {
+  const double xd = x;
+  return static_cast<float>(0.5 * xd * (1.0 + std::tanh(0.7978845608028654 * (xd + 0.044715 * xd * xd * xd))));
+}
+
+float silu_ref(float x) {
+  const double xd = x;
+  return static_cast<float>(xd / (1.0 + std::exp(-xd)));
+}
+
+const char* gemm_backend_name(GemmBackend backend) {
+  return backend == GemmBackend::onednn ? "onednn" : "sqrtdk";
+}
+
+GemmBackend default_gemm_backend() {
+  static const GemmBackend backend = [] {
+    const char* v = std::getenv("SQRTDK_GEMM");
+    GemmBackend b = GemmBackend::sqrtdk;
+    if (v != nullptr && v[0] != '\0') {
+      const std::string s(v);
+      if (s == "sqrtdk")
+        b = GemmBackend::sqrtdk;
+      else if (s == "onednn")
+        b = GemmBackend::onednn;
+      else
+        throw Error("SQRTDK_GEMM='" + s + "': unknown GEMM backend (expected sqrtdk or onednn)");
+    }
+    if (verbose()) std::fprintf(stderr, "sqrtdk: GEMM backend %s\n", gemm_backend_name(b));
+    return b;
+  }();
+  return backend;
+}
+
+namespace {
+
+struct IsaKernels {
+  BlockSizes bs;
+  void (*region)(const GemmCall&, size_t, size_t, size_t, size_t, float*);
+  void (*pack)(const float*, size_t, bool, size_t, size_t, size_t, size_t, float*);
+  void (*direct)(size_t, size_t, size_t, float, const float*, size_t, const float*, size_t, bool, float*, size_t,
+                 size_t, size_t);
+};
+
+IsaKernels kernels_for(Isa isa) {
+  switch (isa) {
+    case Isa::avx512:
+      return {gemm_detail::gemm_block_sizes_avx512(), gemm_detail::gemm_region_avx512,
+              gemm_detail::pack_panels_avx512, gemm_detail::gemm_direct_avx512};
+    case Isa::avx2:
+      return {gemm_detail::gemm_block_sizes_avx2(), gemm_detail::gemm_region_avx2, gemm_detail::pack_panels_avx2,
+              gemm_detail::gemm_direct_avx2};
+    case Isa::ref: break;
+  }
+  throw Error("gemm: no SIMD kernels for ISA ref");
+}
+
+void check_isa(const char* where, Isa isa) {
+  if (!cpu_supports(isa)) throw Error(std::string(where) + ": this CPU does not support ISA " + isa_name(isa));
+}
+
+std::string dims(size_t a, size_t b) {
+  std::string s = "[";
+  s.append(std::to_string(a)).append(", ").append(std::to_string(b)).append("]");
+  return s;
+}
+
+// Whether the address ranges of matrices a [a_rows, a_cols] (stride lda) and b [b_rows, b_cols] (stride ldb)
+// overlap (conservative: compares first-to-last element spans).
+bool overlaps(const float* a, size_t lda, size_t a_rows, size_t a_cols, const float* b, size_t ldb, size_t b_rows,
+              size_t b_cols) {
+  if (a == nullptr || b == nullptr || a_rows == 0 || a_cols == 0 || b_rows == 0 || b_cols == 0) return false;
+  const auto a0 = reinterpret_cast<uintptr_t>(a), b0 = reinterpret_cast<uintptr_t>(b);
+  const uintptr_t a1 = a0 + ((a_rows - 1) * lda + a_cols) * sizeof(float);
+  const uintptr_t b1 = b0 + ((b_rows - 1) * ldb + b_cols) * sizeof(float);
+  return a0 < b1 && b0 < a1;
+}
+bool overlaps(const float* a, size_t lda, const float* b, size_t ldb, size_t rows, size_t cols) {
+  return overlaps(a, lda, rows, cols, b, ldb, rows, cols);
+}
+
+void grow(AlignedBuffer<float>& buffer, size_t count) {
+  if (buffer.size() < count) buffer.allocate(count);
+}
+
+// Runs body(t) for t in [0, nt) on nt OpenMP threads (directly when nt == 1); rethrows the first exception.
+template <class Body>
+void run_threads(int nt, const Body& body) {
+  if (nt <= 1) {
+    body(0);
+    return;
+  }
+  std::vector<std::exception_ptr> errors(nt);
+#pragma omp parallel num_threads(nt)
+  {
+    const int t = omp_get_thread_num();
+    try {
+      body(t);
+    } catch (...) {
+      errors[t] = std::current_exception();
+    }
+  }
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
+}
+
+struct Grid {
+  size_t tm, tn;
+};
+
+// Picks the tm × tn split of nt threads that minimises the largest region (in tiles); ties prefer splitting N.
+Grid choose_grid(size_t M, size_t N, const BlockSizes& bs, int nt) {
+  const size_t m_tiles = (M + bs.mr - 1) / bs.mr, n_panels = (N + bs.nr - 1) / bs.nr;
+  if (M <= 16) return {1, std::min<size_t>(nt, n_panels)};
+  Grid best{1, 1};
+  size_t best_cost = SIZE_MAX;
+  for (size_t tm = static_cast<size_t>(nt); tm >= 1; --tm) {
+    if (nt % tm != 0) continue;
+    const size_t tn = nt / tm;
+    if (tm > m_tiles || tn > n_panels) continue;
+    const size_t cost = ((m_tiles + tm - 1) / tm) * bs.mr * ((n_panels + tn - 1) / tn) * bs.nr;
+    if (cost <= best_cost) {
+      best_cost = cost;
+      best = {tm, tn};
+    }
+  }
+  return best;
+}
+
+// The blocked/decode kernels over a tm × tn grid of regions of `call`, with thread-local scratch.
+void run_blocked(const IsaKernels& kern, const GemmCall& call, int n_threads) {
+  const BlockSizes& bs = kern.bs;
+  const int nt = resolve_threads(n_threads);
+  const Grid grid = choose_grid(call.M, call.N, bs, nt);
+  const size_t k_block = std::min(gemm_detail::k_slice(bs, call.M, call.K), call.K);
+  const size_t rows = std::min(bs.mc, (call.M + bs.mr - 1) / bs.mr * bs.mr);
+  const size_t a_pack_floats = rows * k_block;
+  // An epilogue operand that overlaps dst must be read before dst is written: with several K slices dst holds
+  // partial sums first, so such operands (and any inexact overlap) are copied per region before the kernel runs.
+  const bool sliced = k_block < call.K;
+  auto needs_copy = [&](const float* p, size_t ld) {
+    if (!overlaps(p, ld, call.dst, call.ldc, call.M, call.N)) return false;
+    return sliced || p != call.dst || ld != call.ldc;
+  };
+  const bool copy_multiply = needs_copy(call.multiply, call.ld_multiply);
+  const bool copy_residual = needs_copy(call.residual, call.ld_residual);
+
+  run_threads(static_cast<int>(grid.tm * grid.tn), [&](int t) {
+    static thread_local AlignedBuffer<float> a_pack, multiply_copy, residual_copy;
+    const size_t tmi = static_cast<size_t>(t) / grid.tn, tni = static_cast<size_t>(t) % grid.tn;
+    const Range mr = split_range(call.M, grid.tm, tmi, bs.mr);
+    const Range nr = split_range(call.N, grid.tn, tni, bs.nr);
+    if (mr.begin >= mr.end || nr.begin >= nr.end) return;
+    grow(a_pack, a_pack_floats);
+    GemmCall local = call;
+    const size_t rows_t = mr.end - mr.begin, cols_t = nr.end - nr.begin;
+    auto copy_region = [&](AlignedBuffer<float>& buf, const float* p, size_t ld, const float*& out_p,
+                           size_t& out_ld, size_t& out_m0, size_t& out_n0) {
+      grow(buf, rows_t * cols_t);
+      for (size_t i = 0; i < rows_t; ++i)
+        std::memcpy(buf.data() + i * cols_t, p + (mr.begin + i) * ld + nr.begin, cols_t * sizeof(float));
+      out_p = buf.data();
+      out_ld = cols_t;
+      out_m0 = mr.begin;
+      out_n0 = nr.begin;
+    };
+    if (copy_multiply)
+      copy_region(multiply_copy, call.multiply, call.ld_multiply, local.multiply, local.ld_multiply,
+                  local.multiply_m0, local.multiply_n0);
+    if (copy_residual)
+      copy_region(residual_copy, call.residual, call.ld_residual, local.residual, local.ld_residual,
+                  local.residual_m0, local.residual_n0);
+    // All threads copy before any writes dst: a barrier is needed only if regions could read each other's
+    // operands, and they cannot (each region copies exactly the elements it writes).
+    kern.region(local, mr.begin, mr.end, nr.begin, nr.end, a_pack.data());
+  });
+}
+
+void apply_epilogue_ref(float& out, double acc, const GemmEpilogue& e, size_t m, size_t n) {
+  float v = static_cast<float>(acc);
+  if (e.bias) v += e.bias[n];
+  if (e.activation == Activation::gelu_tanh) v = gelu_tanh_ref(v);
+  if (e.activation == Activation::silu) v = silu_ref(v);
+  if (e.multiply) v *= e.multiply[m * e.ld_multiply + n];
+  if (e.residual) v += e.residual[m * e.ld_residual + n];
+  out = v;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------------------------
+// PackedWeights
+
+struct PackedWeights::Impl {
+  size_t N = 0, K = 0, nr = 0;
+  Isa isa = Isa::ref;
+  GemmBackend backend = GemmBackend::sqrtdk;
+  AlignedBuffer<float> data;  // sqrtdk: panels (SIMD) or a [N][K] copy (ref)
+  std::shared_ptr<gemm_detail::OnednnWeights> onednn;
+};
+
+PackedWeights::PackedWeights() = default;
+PackedWeights::PackedWeights(PackedWeights&&) noexcept = default;
+PackedWeights& PackedWeights::operator=(PackedWeights&&) noexcept = default;
+PackedWeights::~PackedWeights() = default;
+
+size_t PackedWeights::N() const { return impl_ ? impl_->N : 0; }
+size_t PackedWeights::K() const { return impl_ ? impl_->K : 0; }
+Isa PackedWeights::isa() const { return impl_ ? impl_->isa : Isa::ref; }
+GemmBackend PackedWeights::backend() const { return impl_ ? impl_->backend : GemmBackend::sqrtdk; }
+size_t PackedWeights::nr() const { return impl_ ? impl_->nr : 0; }
+size_t PackedWeights::bytes() const {
+  if (!impl_) return 0;
+  if (impl_->onednn) return gemm_detail::onednn_bytes(*impl_->onednn);
+  return impl_->data.size() * sizeof(float);
+}
+
+PackedWeights PackedWeights::pack(const float* weights, size_t N, size_t K, size_t ld_weights, Isa isa,
+                                  GemmBackend backend) {
+  const std::string where = "PackedWeights::pack(weights " + dims(N, K) + ", ld_weights " +
+                            std::to_string(ld_weights) + ", isa " + isa_name(isa) + ")";
+  if (N == 0 || K == 0) throw Error(where + ": N and K must be ≥ 1");
+  if (weights == nullptr) throw Error(where + ": weights is null");
+  if (ld_weights < K) throw Error(where + ": ld_weights must be ≥ K");
+  check_isa(where.c_str(), isa);
+  PackedWeights out;
+  out.impl_ = std::make_unique<Impl>();
+  Impl& p = *out.impl_;
+  p.N = N;
+  p.K = K;
+  p.isa = isa;
+  p.backend = backend;
+  if (backend == GemmBackend::onednn) {
+    p.onednn = gemm_detail::onednn_pack(weights, N, K, ld_weights);
+    return out;
+  }
+  if (isa == Isa::ref) {
+    p.data.allocate(N * K);
+    for (size_t n = 0; n < N; ++n) std::memcpy(p.data.data() + n * K, weights + n * ld_weights, K * sizeof(float));
+    return out;
+  }
+  const IsaKernels kern = kernels_for(isa);
+  p.nr = kern.bs.nr;
+  const size_t n_panels = (N + p.nr - 1) / p.nr;
+  p.data.allocate(n_panels * p.nr * K);
+  kern.pack(weights, ld_weights, false, N, K, 0, N, p.data.data());
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// gemm
+
+void gemm(const float* src, size_t M, size_t lda, const PackedWeights& weights, float* dst, size_t ldc,
+          const GemmEpilogue& epilogue, int n_threads) {
+  const size_t N = weights.N(), K = weights.K();
+  auto where = [&] {
+    return "gemm(src " + dims(M, K) + " lda " + std::to_string(lda) + ", weights " + dims(N, K) + " (" +
+           isa_name(weights.isa()) + ", " + gemm_backend_name(weights.backend()) + "), dst ldc " +
+           std::to_string(ldc) + ")";
+  };
+  if (N == 0) throw Error(where() + ": weights are empty (not packed)");
+  if (M == 0) return;
+  if (src == nullptr || dst == nullptr) throw Error(where() + ": src or dst is null");
+  if (lda < K) throw Error(where() + ": lda must be ≥ K");
+  if (ldc < N) throw Error(where() + ": ldc must be ≥ N");
+  if (epilogue.multiply && epilogue.ld_multiply < N) throw Error(where() + ": epilogue.ld_multiply must be ≥ N");
+  if (epilogue.residual && epilogue.ld_residual < N) throw Error(where() + ": epilogue.ld_residual must be ≥ N");
+  if (overlaps(src, lda, M, K, dst, ldc, M, N)) throw Error(where() + ": src overlaps dst");
+  if (overlaps(epilogue.bias, N, 1, N, dst, ldc, M, N)) throw Error(where() + ": epilogue.bias overlaps dst");
+  if (n_threads < 0) throw Error(where() + ": n_threads must be ≥ 0");
+
+  const PackedWeights::Impl& p = weights.impl();
+  if (p.backend == GemmBackend::onednn) {
+    gemm_detail::onednn_gemm(*p.onednn, src, M, lda, dst, ldc, epilogue, resolve_threads(n_threads));
+    return;
+  }
+  if (p.isa == Isa::ref) {
+    // The spec, split over rows (each row independent, so any split gives the same bits).
+    GemmEpilogue e = epilogue;
+    const int nt = static_cast<int>(std::min<size_t>(resolve_threads(n_threads), M));
+    run_threads(nt, [&](int t) {
+      const Range r = split_range(M, nt, t);
+      for (size_t m = r.begin; m < r.end; ++m) {
+        GemmEpilogue er = e;
+        if (er.multiply) er.multiply += m * er.ld_multiply;
+        if (er.residual) er.residual += m * er.ld_residual;
+        gemm_ref(src + m * lda, 1, lda, p.data.data(), N, K, K, dst + m * ldc, ldc, er);
+      }
+    });
+    return;
+  }
+  const IsaKernels kern = kernels_for(p.isa);
+  GemmCall call{src, lda, M, N, K, p.data.data(), dst, ldc, 1.0f, epilogue.bias, epilogue.activation,
+                epilogue.multiply, epilogue.ld_multiply, epilogue.residual, epilogue.ld_residual, 0, 0, 0, 0};
+  run_blocked(kern, call, n_threads);
+}
+
+void gemm_ref(const float* src, size_t M, size_t lda, const float* weights, size_t N, size_t K, size_t ld_weights,
+              float* dst, size_t ldc, const GemmEpilogue& epilogue) {
+  // dst[m, n] = epilogue(Σ_k src[m, k] · weights[n, k]), the sum in double.
+  for (size_t m = 0; m < M; ++m)
+    for (size_t n = 0; n < N; ++n) {
+      double acc = 0;
+      for (size_t k = 0; k < K; ++k) acc += static_cast<double>(src[m * lda + k]) * weights[n * ld_weights + k];
+      apply_epilogue_ref(dst[m * ldc + n], acc, epilogue, m, n);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// gemm_unpacked
+
+struct GemmWorkspace::Impl {
+  AlignedBuffer<float> panels;  // B packed as ceil(N/nr) × [K][nr]
+};
+GemmWorkspace::GemmWorkspace() : impl_(std::make_unique<Impl>()) {}
+GemmWorkspace::GemmWorkspace(GemmWorkspace&&) noexcept = default;
+GemmWorkspace& GemmWorkspace::operator=(GemmWorkspace&&) noexcept = default;
+GemmWorkspace::~GemmWorkspace() = default;
+size_t GemmWorkspace::bytes() const { return impl_ ? impl_->panels.size() * sizeof(float) : 0; }
+
+void gemm_unpacked_ref(size_t M, size_t N, size_t K, float alpha, const float* A, size_t lda, const float* B,
+                       size_t ldb, BLayout b_layout, float* C, size_t ldc) {
+  // C[m, n] = alpha · Σ_k A[m, k] · op(B)[k, n], the sum in double.
+  for (size_t m = 0; m < M; ++m)
+    for (size_t n = 0; n < N; ++n) {
+      double acc = 0;
+      for (size_t k = 0; k < K; ++k)
+        acc += static_cast<double>(A[m * lda + k]) * (b_layout == BLayout::nk ? B[n * ldb + k] : B[k * ldb + n]);
+      C[m * ldc + n] = static_cast<float>(alpha * acc);
+    }
+}
+
+void gemm_unpacked(Isa isa, size_t M, size_t N, size_t K, float alpha, const float* A, size_t lda, const float* B,
+                   size_t ldb, BLayout b_layout, float* C, size_t ldc, GemmWorkspace& ws, int n_threads) {
+  const bool kn = b_layout == BLayout::kn;
+  auto where = [&] {
+    return std::string("gemm_unpacked(") + isa_name(isa) + ", A " + dims(M, K) + " lda " + std::to_string(lda) +
+           ", B " + (kn ? dims(K, N) : dims(N, K)) + " ldb " + std::to_string(ldb) + ", C ldc " +
+           std::to_string(ldc) + ")";
+  };
+  check_isa(where().c_str(), isa);
+  if (M == 0 || N == 0) return;
+  if (A == nullptr && K > 0) throw Error(where() + ": A is null");
+  if ((B == nullptr && K > 0) || C == nullptr) throw Error(where() + ": B or C is null");
+  if (lda < K) throw Error(where() + ": lda must be ≥ K");
+  if (ldb < (kn ? N : K)) throw Error(where() + ": ldb must be ≥ " + (kn ? std::string("N") : std::string("K")));
+  if (ldc < N) throw Error(where() + ": ldc must be ≥ N");
+  if (n_threads < 0) throw Error(where() + ": n_threads must be ≥ 0");
+  if (K == 0) {
+    for (size_t m = 0; m < M; ++m) std::fill(C + m * ldc, C + m * ldc + N, 0.0f);
+    return;
+  }
+  if (overlaps(A, lda, M, K, C, ldc, M, N) || (kn ? overlaps(B, ldb, K, N, C, ldc, M, N)
+                                                   : overlaps(B, ldb, N, K, C, ldc, M, N)))
+    throw Error(where() + ": C overlaps A or B");
+  if (isa == Isa::ref) {
+    gemm_unpacked_ref(M, N, K, alpha, A, lda, B, ldb, b_layout, C, ldc);
+    return;
+  }
+  const IsaKernels kern = kernels_for(isa);
+  const int nt = resolve_threads(n_threads);
+  if (M <= 4) {
+    // Split N in chunks that keep the direct kernel's vector blocks whole (64 columns).
+    const int parts = static_cast<int>(std::min<size_t>(nt, (N + 63) / 64));
+    run_threads(parts, [&](int t) {
+      const Range r = split_range(N, parts, t, 64);
+      if (r.begin < r.end) kern.direct(M, N, K, alpha, A, lda, B, ldb, kn, C, ldc, r.begin, r.end);
+    });
+    return;
+  }
+  const size_t nr = kern.bs.nr, n_panels = (N + nr - 1) / nr;
+  grow(ws.impl().panels, n_panels * nr * K);
+  float* panels = ws.impl().panels.data();
+  const int pack_parts = static_cast<int>(std::min<size_t>(nt, n_panels));
+  run_threads(pack_parts, [&](int t) {
+    const Range r = split_range(N, pack_parts, t, nr);
+    if (r.begin < r.end) kern.pack(B, ldb, kn, N, K, r.begin, r.end, panels);
+  });
+  GemmCall call{A, lda, M, N, K, panels, C, ldc, alpha, nullptr, Activation::none, nullptr, 0, nullptr, 0, 0, 0, 0, 0};
+  run_blocked(kern, call, n_threads);
+}
+
+}  // namespace sqrtdk::ops

@@ -1,0 +1,109 @@
+// GEMM: dst[M, N] = epilogue(src[M, K] · weightsᵀ) with weights [N, K] (out × in) packed once at load.
+//
+// Layouts (row-major, strides in elements):
+//   src      [M, K], row stride lda ≥ K
+//   weights  [N, K], row stride ld_weights ≥ K (what the model file stores: out × in)
+//   dst      [M, N], row stride ldc ≥ N
+// Backends: `sqrtdk` (ours: BLIS-style five loops around one register-blocked microkernel per ISA, plus an M = 1
+// path that streams the packed weights once) and `onednn` (a oneDNN v2.6 matmul primitive; the bar in benchmarks
+// and a cross-check in tests). Isa::ref is the spec: double accumulation over the unpacked weights.
+// Accuracy: float accumulation in a fixed order per element; |error| ≲ K·ε·Σ|a·b| (tests use that bound).
+// Threading: OpenMP with the caller's thread count (0 = resolve_threads default). The output is split over N (and
+// M), never over K, and the K order per element depends only on M and the ISA: results are bit-identical for any
+// thread count. gemm() is thread-safe on a const PackedWeights. Scratch (packed A blocks) lives in thread_local
+// buffers that grow once per thread and are reused (no per-call allocation once warm).
+#pragma once
+
+#include <sqrtdk/isa.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+namespace sqrtdk::ops {
+
+enum class Activation : uint8_t { none, gelu_tanh, silu };
+const char* activation_name(Activation activation);
+float gelu_tanh_ref(float x);  // 0.5x(1+tanh(√(2/π)(x+0.044715x³))): GPT-2's form
+float silu_ref(float x);       // x·sigmoid(x)
+
+// Fused on the last K slice, applied in this order per output element (m, n):
+struct GemmEpilogue {
+  const float* bias = nullptr;               // [N]: v += bias[n]
+  Activation activation = Activation::none;  // v = act(v)
+  const float* multiply = nullptr;           // v *= multiply[m*ld_multiply + n]  (SwiGLU: up-proj · silu(gate))
+  size_t ld_multiply = 0;
+  const float* residual = nullptr;  // v += residual[m*ld_residual + n]; MAY ALIAS dst (in-place residual add)
+  size_t ld_residual = 0;
+};
+
+enum class GemmBackend { sqrtdk, onednn };
+const char* gemm_backend_name(GemmBackend backend);
+// SQRTDK_GEMM=sqrtdk|onednn (sqrtdk::Error if unknown); default sqrtdk. Read once.
+GemmBackend default_gemm_backend();
+
+// Weights [N, K] packed once at load for one ISA and backend; immutable afterwards, movable.
+//   sqrtdk backend, avx2/avx512: ceil(N/NR) panels of [K][NR] floats (K-major, 64-byte aligned, N zero-padded).
+//   sqrtdk backend, ref: a plain copy [N][K].
+//   onednn backend: reordered into the matmul primitive's preferred layout (format_tag::any).
+class PackedWeights {
+ public:
+  static PackedWeights pack(const float* weights, size_t N, size_t K, size_t ld_weights, Isa isa,
+                            GemmBackend backend = default_gemm_backend());
+  PackedWeights();
+  PackedWeights(PackedWeights&&) noexcept;
+  PackedWeights& operator=(PackedWeights&&) noexcept;
+  ~PackedWeights();
+
+  size_t N() const;
+  size_t K() const;
+  Isa isa() const;
+  GemmBackend backend() const;
+  size_t bytes() const;  // memory held by the packed weights
+  size_t nr() const;     // panel width (sqrtdk backend, SIMD ISAs); 0 otherwise
+
+  struct Impl;
+  const Impl& impl() const { return *impl_; }
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+// dst[M, N] (row stride ldc) = epilogue(src[M, K] (row stride lda) · weightsᵀ). n_threads 0 = default.
+// Thread-safe: many threads may call gemm() on the same const PackedWeights at once.
+// Throws sqrtdk::Error on bad arguments (null pointers, strides below widths, src overlapping dst).
+void gemm(const float* src, size_t M, size_t lda, const PackedWeights& weights, float* dst, size_t ldc,
+          const GemmEpilogue& epilogue = {}, int n_threads = 0);
+
+// The spec: double accumulation over unpacked weights [N, K].
+void gemm_ref(const float* src, size_t M, size_t lda, const float* weights, size_t N, size_t K, size_t ld_weights,
+              float* dst, size_t ldc, const GemmEpilogue& epilogue = {});
+
+// For attention's unfused path: C[M, N] = alpha · A[M, K] · op(B), B NOT pre-packed.
+//   BLayout::nk: B is [N, K] (row stride ldb), op(B) = Bᵀ  (Q·Kᵀ)
+//   BLayout::kn: B is [K, N] (row stride ldb), op(B) = B   (P·V)
+// Scratch comes from the caller's workspace: no allocation once it has grown to the largest shape seen.
+// M ≤ 4 runs directly on B (dot products / row updates: packing would cost as much as the math); larger M packs B
+// into the workspace and runs the blocked kernel. Deterministic for any n_threads (split over N and M).
+enum class BLayout { nk, kn };
+class GemmWorkspace {
+ public:
+  GemmWorkspace();
+  GemmWorkspace(GemmWorkspace&&) noexcept;
+  GemmWorkspace& operator=(GemmWorkspace&&) noexcept;
+  ~GemmWorkspace();
+  size_t bytes() const;  // scratch held
+
+  struct Impl;
+  Impl& impl() { return *impl_; }
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+void gemm_unpacked(Isa isa, size_t M, size_t N, size_t K, float alpha, const float* A, size_t lda, const float* B,
+                   size_t ldb, BLayout b_layout, float* C, size_t ldc, GemmWorkspace& ws, int n_threads = 1);
+// The spec of gemm_unpacked (double accumulation).
+void gemm_unpacked_ref(size_t M, size_t N, size_t K, float alpha, const float* A, size_t lda, const float* B,
+                       size_t ldb, BLayout b_layout, float* C, size_t ldc);
+
+}  // namespace sqrtdk::ops

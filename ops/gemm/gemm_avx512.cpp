@@ -1,0 +1,51 @@
+// GEMM kernels for AVX-512 (zmm, 16 floats): gemm_simd.h instantiated with xsimd::avx512bw.
+// Tile 14 × 32: 28 zmm accumulators + 2 B vectors + 1 broadcast = 31 of the 32 zmm registers; per k step 2 vector
+// loads and 14 broadcasts feed 28 FMAs (14 cycles at 2 FMA/cycle).
+// GCC 12 reports -Wmaybe-uninitialized inside its own avx512fintrin.h (_mm512_undefined_ps passed through
+// xsimd::exp/tanh when inlined): a known false positive (GCC bug 105593), silenced for this TU only.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#include "ops/gemm/gemm_simd.h"
+
+#include <immintrin.h>
+
+namespace sqrtdk::ops::gemm_simd {
+
+template <>
+struct PartialIo<xsimd::avx512bw> {
+  static Vec<xsimd::avx512bw> load(const float* p, size_t count) {
+    return _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << count) - 1), p);
+  }
+  static void store(float* p, Vec<xsimd::avx512bw> v, size_t count) {
+    _mm512_mask_storeu_ps(p, static_cast<__mmask16>((1u << count) - 1), v);
+  }
+};
+
+}  // namespace sqrtdk::ops::gemm_simd
+
+namespace sqrtdk::ops::gemm_detail {
+
+namespace {
+using Arch = xsimd::avx512bw;
+constexpr int kMr = 14, kNv = 2, kDecodeU = 4;
+}  // namespace
+
+// Measured on the project machine (Zen 5, 2 cores, shared), bench-gemm, 2026-11-30: see the README table.
+BlockSizes gemm_block_sizes_avx512() { return {kMr, kNv * 16, 256, 12 * kMr}; }
+
+void gemm_region_avx512(const GemmCall& call, size_t m0, size_t m1, size_t n0, size_t n1, float* a_pack) {
+  gemm_simd::gemm_region<Arch, kMr, kNv, kDecodeU>(gemm_block_sizes_avx512(), call, m0, m1, n0, n1, a_pack);
+}
+
+void pack_panels_avx512(const float* b, size_t ldb, bool b_is_kn, size_t N, size_t K, size_t n0, size_t n1,
+                        float* panels) {
+  gemm_simd::pack_panels<Arch, kNv>(b, ldb, b_is_kn, N, K, n0, n1, panels);
+}
+
+void gemm_direct_avx512(size_t M, size_t, size_t K, float alpha, const float* A, size_t lda, const float* B,
+                        size_t ldb, bool b_is_kn, float* C, size_t ldc, size_t n0, size_t n1) {
+  gemm_simd::gemm_direct<Arch>(M, K, alpha, A, lda, B, ldb, b_is_kn, C, ldc, n0, n1);
+}
+
+}  // namespace sqrtdk::ops::gemm_detail

@@ -1,0 +1,72 @@
+// Internal interface between the GEMM driver (gemm.cpp, baseline ISA) and the per-ISA kernels
+// (gemm_avx2.cpp, gemm_avx512.cpp, both instantiating gemm_simd.h).
+#pragma once
+
+#include "ops/gemm/gemm.h"
+
+#include <cstddef>
+#include <memory>
+
+namespace sqrtdk::ops::gemm_detail {
+
+// Block sizes of one ISA's kernel: data, each with where it was measured (see the per-ISA .cpp).
+struct BlockSizes {
+  size_t mr;  // microkernel rows
+  size_t nr;  // microkernel columns = packed panel width
+  size_t kc;  // K slice: a B micro-panel kc×nr stays in L1 while A micro-panels stream from L2
+  size_t mc;  // rows of A packed per block (a multiple of mr): mc×kc floats sit in L2
+};
+
+// One call, as the kernels see it. Epilogue pointers are indexed by global (m, n).
+struct GemmCall {
+  const float* src;    // [M, K], row stride lda
+  size_t lda;
+  size_t M, N, K;
+  const float* panels;  // ceil(N/nr) panels of [K][nr]
+  float* dst;           // [M, N], row stride ldc
+  size_t ldc;
+  float alpha;          // v = alpha·(src·Bᵀ) before the epilogue
+  const float* bias;
+  Activation activation;
+  const float* multiply;
+  size_t ld_multiply;
+  const float* residual;
+  size_t ld_residual;
+  // Origins of multiply/residual when they were copied out of dst's way: element (m, n) is at
+  // [(m - origin_m)·ld + (n - origin_n)]. Zero otherwise.
+  size_t multiply_m0, multiply_n0, residual_m0, residual_n0;
+};
+
+// The K slice the blocked path uses for this M: the whole K when one row block covers M (small M streams
+// each panel once, linearly), else kc. Partial sums go through dst only when it is < K.
+inline size_t k_slice(const BlockSizes& bs, size_t M, size_t K) { return M <= bs.mr ? K : bs.kc; }
+
+// gemm_region_<isa>: computes dst rows [m0, m1) × columns [n0, n1) of the call (n0 a multiple of nr, m0 a
+// multiple of mr, so the tile grid is the same for any thread split). a_pack: scratch of at least mc × kc floats,
+// 64-byte aligned. M == 1 takes the streaming decode kernel (k-interleaved accumulators); else the blocked path.
+// Kernels never allocate or throw.
+BlockSizes gemm_block_sizes_avx2();
+void gemm_region_avx2(const GemmCall& call, size_t m0, size_t m1, size_t n0, size_t n1, float* a_pack);
+void pack_panels_avx2(const float* b, size_t ldb, bool b_is_kn, size_t N, size_t K, size_t n0, size_t n1,
+                     float* panels);
+void gemm_direct_avx2(size_t M, size_t N, size_t K, float alpha, const float* A, size_t lda, const float* B,
+                     size_t ldb, bool b_is_kn, float* C, size_t ldc, size_t n0, size_t n1);
+BlockSizes gemm_block_sizes_avx512();
+void gemm_region_avx512(const GemmCall& call, size_t m0, size_t m1, size_t n0, size_t n1, float* a_pack);
+void pack_panels_avx512(const float* b, size_t ldb, bool b_is_kn, size_t N, size_t K, size_t n0, size_t n1,
+                     float* panels);
+void gemm_direct_avx512(size_t M, size_t N, size_t K, float alpha, const float* A, size_t lda, const float* B,
+                     size_t ldb, bool b_is_kn, float* C, size_t ldc, size_t n0, size_t n1);
+
+// pack_panels_*: writes panels [n0/nr, ceil(n1/nr)) of B (layout nk: [N, K]; kn: [K, N]) into `panels`
+// (the full ceil(N/nr)·K·nr array), zero-padding columns ≥ N.
+// gemm_direct_*: C[:, n0:n1] = alpha·A·op(B) for small M without packing.
+
+// oneDNN backend (gemm_onednn.cpp).
+struct OnednnWeights;
+std::shared_ptr<OnednnWeights> onednn_pack(const float* weights, size_t N, size_t K, size_t ld_weights);
+size_t onednn_bytes(const OnednnWeights& w);
+void onednn_gemm(const OnednnWeights& w, const float* src, size_t M, size_t lda, float* dst, size_t ldc,
+                 const GemmEpilogue& epilogue, int n_threads);
+
+}  // namespace sqrtdk::ops::gemm_detail

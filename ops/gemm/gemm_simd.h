@@ -1,0 +1,301 @@
+// GEMM kernels written once as templates on the xsimd Arch, instantiated per ISA (gemm_avx2.cpp, gemm_avx512.cpp).
+//
+// Microkernel contract (gemm_ukernel<Arch, MR, NV>), BLIS style:
+//   C[MR × n] (+)= Ap · Bp, then the epilogue if this is the last K slice, where
+//   Ap: a packed A micro-panel [kc][a_step] (row r of the tile at column r; a_step ≥ MR),
+//   Bp: a packed B micro-panel [kc][NR], NR = NV · lanes, 64-byte aligned, zero-padded beyond N,
+//   C:  row stride ldc; only columns [0, n) with n ≤ NR are read or written (masked at the edge).
+//   accumulate = false: C is never read (first K slice). Rows are exact: MR is the tile's real row count
+//   (one instantiation per row count 1..MR, so edge tiles do no wasted FMAs).
+//   Sum order per element: acc = Σ_k a·b in k order (fma), then acc + C_partial, then the epilogue. That order
+//   depends only on the tile grid, never on the thread split.
+// The decode kernel (gemm_decode_panel) computes one panel of a 1 × K row with U k-interleaved accumulator sets
+// (FMA latency 4 cycles × 2 pipes needs ≥ 8 independent chains) and sums them at the end.
+// Preconditions are asserted, never thrown: kernels never allocate.
+#pragma once
+
+#include "ops/gemm/gemm_kernels.h"
+
+#include <xsimd/xsimd.hpp>
+
+#include <algorithm>
+#include <cassert>
+#include <cstddef>
+#include <utility>
+
+namespace sqrtdk::ops::gemm_simd {
+
+using gemm_detail::BlockSizes;
+using gemm_detail::GemmCall;
+
+// Masked loads/stores of the first `count` (< lanes) floats: defined by each ISA's translation unit, so
+// intrinsics of one ISA never reach another's TU.
+template <class Arch>
+struct PartialIo;
+
+template <class Arch>
+using Vec = xsimd::batch<float, Arch>;
+
+template <class Arch>
+Vec<Arch> load_n(const float* p, size_t count) {
+  return count >= Vec<Arch>::size ? Vec<Arch>::load_unaligned(p) : PartialIo<Arch>::load(p, count);
+}
+template <class Arch>
+void store_n(float* p, Vec<Arch> v, size_t count) {
+  if (count >= Vec<Arch>::size)
+    v.store_unaligned(p);
+  else
+    PartialIo<Arch>::store(p, v, count);
+}
+
+template <class Arch>
+Vec<Arch> activate(Vec<Arch> v, Activation activation) {
+  using V = Vec<Arch>;
+  switch (activation) {
+    case Activation::none: return v;
+    case Activation::gelu_tanh: {
+      const V c(0.7978845608028654f), k(0.044715f), half(0.5f), one(1.0f);
+      const V inner = c * xsimd::fma(k * v, v * v, v);
+      return half * v * (one + xsimd::tanh(inner));
+    }
+    case Activation::silu: return v / (V(1.0f) + xsimd::exp(-v));
+  }
+  return v;
+}
+
+// The fused epilogue for `count` columns at global (m, n); v already holds alpha·acc (+ partial sums).
+template <class Arch>
+Vec<Arch> apply_epilogue(Vec<Arch> v, const GemmCall& call, size_t m, size_t n, size_t count) {
+  if (call.bias) v += load_n<Arch>(call.bias + n, count);
+  if (call.activation != Activation::none) v = activate<Arch>(v, call.activation);
+  if (call.multiply)
+    v *= load_n<Arch>(call.multiply + (m - call.multiply_m0) * call.ld_multiply + (n - call.multiply_n0), count);
+  if (call.residual)
+    v += load_n<Arch>(call.residual + (m - call.residual_m0) * call.ld_residual + (n - call.residual_n0), count);
+  return v;
+}
+
+// See the contract at the top. `last`: the call whose epilogue to apply (nullptr if not the last K slice);
+// (m_global, n_global): the tile's origin in dst, for the epilogue operands.
+template <class Arch, int MR, int NV>
+void gemm_ukernel(size_t kc, const float* __restrict a, size_t a_step, const float* __restrict b, float* c,
+                  size_t ldc, size_t n, bool accumulate, const GemmCall* last, size_t m_global, size_t n_global) {
+  using V = Vec<Arch>;
+  constexpr size_t L = V::size, NR = NV * L;
+  assert(n >= 1 && n <= NR);
+  V acc[MR][NV];
+#pragma GCC unroll 16
+  for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 8
+    for (int j = 0; j < NV; ++j) acc[r][j] = V(0.0f);
+  for (size_t k = 0; k < kc; ++k) {
+    V bv[NV];
+#pragma GCC unroll 8
+    for (int j = 0; j < NV; ++j) bv[j] = V::load_aligned(b + k * NR + j * L);
+#pragma GCC unroll 16
+    for (int r = 0; r < MR; ++r) {
+      const V av(a[k * a_step + r]);
+#pragma GCC unroll 8
+      for (int j = 0; j < NV; ++j) acc[r][j] = xsimd::fma(av, bv[j], acc[r][j]);
+    }
+  }
+  const float alpha = last ? last->alpha : 1.0f;
+#pragma GCC unroll 16
+  for (int r = 0; r < MR; ++r) {
+    float* cr = c + r * ldc;
+#pragma GCC unroll 8
+    for (int j = 0; j < NV; ++j) {
+      if (j * L >= n) break;
+      const size_t count = std::min(L, n - j * L);
+      V v = acc[r][j];
+      if (accumulate) v += load_n<Arch>(cr + j * L, count);
+      if (last) {
+        if (alpha != 1.0f) v *= V(alpha);
+        v = apply_epilogue<Arch>(v, *last, m_global + r, n_global + j * L, count);
+      }
+      store_n<Arch>(cr + j * L, v, count);
+    }
+  }
+}
+
+template <class Arch, int MR, int NV>
+struct UkernelTable {
+  using Fn = void (*)(size_t, const float*, size_t, const float*, float*, size_t, size_t, bool, const GemmCall*,
+                      size_t, size_t);
+  template <size_t... I>
+  static constexpr std::array<Fn, MR> make(std::index_sequence<I...>) {
+    return {&gemm_ukernel<Arch, static_cast<int>(I) + 1, NV>...};
+  }
+  static constexpr std::array<Fn, MR> fns = make(std::make_index_sequence<MR>{});
+};
+
+// One panel of the M = 1 product: c[0, n) = epilogue(a[0, K) · panel), panel [K][NR].
+template <class Arch, int NV, int U>
+void gemm_decode_panel(size_t K, const float* __restrict a, const float* __restrict b, float* c, size_t n,
+                       const GemmCall& call, size_t n_global) {
+  using V = Vec<Arch>;
+  constexpr size_t L = V::size, NR = NV * L;
+  V acc[U][NV];
+#pragma GCC unroll 8
+  for (int u = 0; u < U; ++u)
+#pragma GCC unroll 8
+    for (int j = 0; j < NV; ++j) acc[u][j] = V(0.0f);
+  size_t k = 0;
+  for (; k + U <= K; k += U) {
+    // Hardware prefetch follows the linear stream; a software hint 2 KiB ahead keeps enough lines in flight.
+    __builtin_prefetch(b + k * NR + 512);
+#pragma GCC unroll 8
+    for (int u = 0; u < U; ++u) {
+      const V av(a[k + u]);
+#pragma GCC unroll 8
+      for (int j = 0; j < NV; ++j) acc[u][j] = xsimd::fma(av, V::load_aligned(b + (k + u) * NR + j * L), acc[u][j]);
+    }
+  }
+  for (; k < K; ++k) {
+    const V av(a[k]);
+#pragma GCC unroll 8
+    for (int j = 0; j < NV; ++j) acc[0][j] = xsimd::fma(av, V::load_aligned(b + k * NR + j * L), acc[0][j]);
+  }
+#pragma GCC unroll 8
+  for (int step = 1; step < U; step *= 2)
+#pragma GCC unroll 8
+    for (int u = 0; u + step < U; u += 2 * step)
+#pragma GCC unroll 8
+      for (int j = 0; j < NV; ++j) acc[u][j] += acc[u + step][j];
+#pragma GCC unroll 8
+  for (int j = 0; j < NV; ++j) {
+    if (j * L >= n) break;
+    const size_t count = std::min(L, n - j * L);
+    V v = acc[0][j];
+    if (call.alpha != 1.0f) v *= V(call.alpha);
+    v = apply_epilogue<Arch>(v, call, 0, n_global + j * L, count);
+    store_n<Arch>(c + j * L, v, count);
+  }
+}
+
+// Packs A rows [0, mc) × columns [0, kc) (row stride lda) into micro-panels of mr rows: panel p at
+// dst + p·mr·kc, layout [kc][mr]; rows past mc are zero (never read by exact-row kernels, but kept defined).
+template <class Arch>
+void pack_a_block(const float* src, size_t lda, size_t mc, size_t kc, size_t mr, float* __restrict dst) {
+  for (size_t i = 0; i < mc; i += mr) {
+    const size_t rows = std::min(mr, mc - i);
+    float* d = dst + i * kc;
+    for (size_t r = 0; r < rows; ++r) {
+      const float* s = src + (i + r) * lda;
+      for (size_t k = 0; k < kc; ++k) d[k * mr + r] = s[k];
+    }
+    for (size_t r = rows; r < mr; ++r)
+      for (size_t k = 0; k < kc; ++k) d[k * mr + r] = 0.0f;
+  }
+}
+
+// The five loops (NC is the whole of the thread's column range: the weights are packed once, so there is no B
+// packing loop), for one thread's region of dst.
+template <class Arch, int MR, int NV, int DecodeU>
+void gemm_region(const BlockSizes& bs, const GemmCall& call, size_t m0, size_t m1, size_t n0, size_t n1,
+                 float* a_pack) {
+  constexpr size_t NR = NV * Vec<Arch>::size;
+  assert(bs.mr == static_cast<size_t>(MR) && bs.nr == NR && n0 % NR == 0 && m0 % MR == 0);
+  const size_t K = call.K;
+  if (call.M == 1) {
+    for (size_t jr = n0; jr < n1; jr += NR)
+      gemm_decode_panel<Arch, NV, DecodeU>(K, call.src, call.panels + jr * K, call.dst + jr, std::min(NR, n1 - jr),
+                                           call, jr);
+    return;
+  }
+  const auto& kernels = UkernelTable<Arch, MR, NV>::fns;
+  const size_t k_block = gemm_detail::k_slice(bs, call.M, K);
+  for (size_t pc = 0; pc < K; pc += k_block) {
+    const size_t kc = std::min(k_block, K - pc);
+    const GemmCall* last = pc + kc == K ? &call : nullptr;
+    for (size_t ic = m0; ic < m1; ic += bs.mc) {
+      const size_t mc = std::min(bs.mc, m1 - ic);
+      pack_a_block<Arch>(call.src + ic * call.lda + pc, call.lda, mc, kc, MR, a_pack);
+      for (size_t jr = n0; jr < n1; jr += NR) {
+        const float* b = call.panels + jr * K + pc * NR;
+        const size_t n = std::min(NR, n1 - jr);
+        for (size_t ir = 0; ir < mc; ir += MR) {
+          const size_t m = std::min<size_t>(MR, mc - ir);
+          kernels[m - 1](kc, a_pack + ir * kc, MR, b, call.dst + (ic + ir) * call.ldc + jr, call.ldc, n, pc > 0,
+                         last, ic + ir, jr);
+        }
+      }
+    }
+  }
+}
+
+// Packs panels [n0/NR, ceil(n1/NR)) of B (nk: [N, K] row stride ldb; kn: [K, N] row stride ldb) into the
+// ceil(N/NR) × [K][NR] panel array, zero-padding columns ≥ N.
+template <class Arch, int NV>
+void pack_panels(const float* b, size_t ldb, bool b_is_kn, size_t N, size_t K, size_t n0, size_t n1,
+                 float* panels) {
+  constexpr size_t NR = NV * Vec<Arch>::size;
+  for (size_t jr = n0; jr < n1; jr += NR) {
+    float* p = panels + jr * K;
+    const size_t cols = std::min(NR, N - jr);
+    if (b_is_kn) {
+      for (size_t k = 0; k < K; ++k) {
+        const float* s = b + k * ldb + jr;
+        float* d = p + k * NR;
+        for (size_t j = 0; j < cols; ++j) d[j] = s[j];
+        for (size_t j = cols; j < NR; ++j) d[j] = 0.0f;
+      }
+    } else {
+      // Transpose in 8-row strips: each source row is read sequentially, each strip writes whole lines.
+      for (size_t k0 = 0; k0 < K; k0 += 64) {
+        const size_t k1 = std::min(K, k0 + 64);
+        for (size_t j = 0; j < NR; ++j) {
+          if (j < cols) {
+            const float* s = b + (jr + j) * ldb;
+            for (size_t k = k0; k < k1; ++k) p[k * NR + j] = s[k];
+          } else {
+            for (size_t k = k0; k < k1; ++k) p[k * NR + j] = 0.0f;
+          }
+        }
+      }
+    }
+  }
+}
+
+// Small-M product straight from unpacked B: C[m, n0:n1] = alpha·A[m, :]·op(B).
+template <class Arch>
+void gemm_direct(size_t M, size_t K, float alpha, const float* A, size_t lda, const float* B, size_t ldb,
+                 bool b_is_kn, float* C, size_t ldc, size_t n0, size_t n1) {
+  using V = Vec<Arch>;
+  constexpr size_t L = V::size;
+  for (size_t m = 0; m < M; ++m) {
+    const float* a = A + m * lda;
+    float* c = C + m * ldc;
+    if (b_is_kn) {
+      // Row updates: 4 vectors of C in registers, one pass over B's rows.
+      for (size_t n = n0; n < n1; n += 4 * L) {
+        const size_t width = std::min(4 * L, n1 - n);
+        V acc[4] = {V(0.0f), V(0.0f), V(0.0f), V(0.0f)};
+        for (size_t k = 0; k < K; ++k) {
+          const V av(a[k]);
+          const float* brow = B + k * ldb + n;
+          for (size_t j = 0; j < 4 && j * L < width; ++j)
+            acc[j] = xsimd::fma(av, load_n<Arch>(brow + j * L, width - j * L), acc[j]);
+        }
+        for (size_t j = 0; j < 4 && j * L < width; ++j) store_n<Arch>(c + n + j * L, acc[j] * V(alpha), width - j * L);
+      }
+    } else {
+      // Dot products with 4 independent accumulators.
+      for (size_t n = n0; n < n1; ++n) {
+        const float* brow = B + n * ldb;
+        V s0(0.0f), s1(0.0f), s2(0.0f), s3(0.0f);
+        size_t k = 0;
+        for (; k + 4 * L <= K; k += 4 * L) {
+          s0 = xsimd::fma(V::load_unaligned(a + k), V::load_unaligned(brow + k), s0);
+          s1 = xsimd::fma(V::load_unaligned(a + k + L), V::load_unaligned(brow + k + L), s1);
+          s2 = xsimd::fma(V::load_unaligned(a + k + 2 * L), V::load_unaligned(brow + k + 2 * L), s2);
+          s3 = xsimd::fma(V::load_unaligned(a + k + 3 * L), V::load_unaligned(brow + k + 3 * L), s3);
+        }
+        for (; k < K; k += L) s0 = xsimd::fma(load_n<Arch>(a + k, K - k), load_n<Arch>(brow + k, K - k), s0);
+        c[n] = alpha * xsimd::hadd((s0 + s1) + (s2 + s3));
+      }
+    }
+  }
+}
+
+}  // namespace sqrtdk::ops::gemm_simd

@@ -1,0 +1,294 @@
+// Tests of ops/gemm: every ISA in supported_isas() and the oneDNN backend against gemm_ref (double accumulation)
+// over shapes that hit every tile edge of both SIMD kernels (avx512 14×32, avx2 6×16; kc 256; mc 168 / 144),
+// with leading dimensions larger than widths and sentinels past each row's end; epilogues (incl. residual
+// aliasing dst); gemm_unpacked in both B layouts; bitwise equality across thread counts; bad arguments.
+#include "ops/gemm/gemm.h"
+
+#include <sqrtdk/error.h>
+#include <sqrtdk/isa.h>
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cfloat>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+using namespace sqrtdk;
+using namespace sqrtdk::ops;
+
+namespace {
+
+constexpr float kSentinel = -12345.0f;
+
+std::vector<float> random_vector(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> v(n);
+  for (auto& x : v) x = dist(rng);
+  return v;
+}
+
+struct Case {
+  size_t M, N, K;
+  size_t lda, ldc, ldw;
+};
+
+struct Backend {
+  Isa isa;
+  GemmBackend backend;
+  std::string name() const {
+    return backend == GemmBackend::onednn ? std::string("onednn") : std::string(isa_name(isa));
+  }
+};
+
+std::vector<Backend> all_backends() {
+  std::vector<Backend> out;
+  for (Isa isa : supported_isas()) out.push_back({isa, GemmBackend::sqrtdk});
+  out.push_back({best_isa(), GemmBackend::onednn});
+  return out;
+}
+
+// Σ_k |src[m,k]·w[n,k]|: the scale of the rounding error of a float dot product.
+double abs_dot(const float* a, const float* w, size_t K) {
+  double s = 0;
+  for (size_t k = 0; k < K; ++k) s += std::fabs(static_cast<double>(a[k]) * w[k]);
+  return s;
+}
+
+// Tolerance per element: float accumulation of K products errs by at most ≈ K·u·Σ|a·b| (u = FLT_EPSILON/2; we
+// allow K·FLT_EPSILON, 2× that, since blocked sums add partial sums once more per K slice), scaled by |multiply|
+// (the error passes through v *= multiply; gelu/silu have slopes ≤ 1.13 and are allowed the factor 2 below), plus
+// a few ulp of each epilogue step (bias add, a vector tanh/exp within ~4 ulp, multiply, residual add).
+double tolerance(double abs_sum, size_t K, double mul, double ref, double residual, double bias) {
+  const double eps = FLT_EPSILON;
+  return 2.0 * K * eps * abs_sum * std::max(1.0, std::fabs(mul)) +
+         16.0 * eps * (std::fabs(ref) + std::fabs(residual) + std::fabs(bias) + 1e-3);
+}
+
+void check_case(const Case& c, const GemmEpilogue& epi_template, uint32_t seed, bool with_operands) {
+  const auto src = random_vector(c.M * c.lda, seed);
+  const auto w = random_vector(c.N * c.ldw, seed + 1);
+  const auto bias = random_vector(c.N, seed + 2);
+  const auto mul = random_vector(c.M * c.ldc, seed + 3);
+  const auto res = random_vector(c.M * c.ldc, seed + 4);
+  GemmEpilogue epi = epi_template;
+  if (with_operands) {
+    epi.bias = bias.data();
+    epi.multiply = mul.data();
+    epi.ld_multiply = c.ldc;
+    epi.residual = res.data();
+    epi.ld_residual = c.ldc;
+  }
+  std::vector<float> ref(c.M * c.ldc, kSentinel);
+  gemm_ref(src.data(), c.M, c.lda, w.data(), c.N, c.K, c.ldw, ref.data(), c.ldc, epi);
+  for (const Backend& b : all_backends()) {
+    CAPTURE(b.name());
+    const PackedWeights packed = PackedWeights::pack(w.data(), c.N, c.K, c.ldw, b.isa, b.backend);
+    REQUIRE(packed.N() == c.N);
+    REQUIRE(packed.K() == c.K);
+    std::vector<float> dst(c.M * c.ldc, kSentinel);
+    gemm(src.data(), c.M, c.lda, packed, dst.data(), c.ldc, epi, 1);
+    size_t bad = 0;
+    for (size_t m = 0; m < c.M; ++m) {
+      for (size_t n = 0; n < c.N; ++n) {
+        const double r = ref[m * c.ldc + n], got = dst[m * c.ldc + n];
+        const double tol = tolerance(abs_dot(src.data() + m * c.lda, w.data() + n * c.ldw, c.K), c.K,
+                                     with_operands ? mul[m * c.ldc + n] : 1.0, r,
+                                     with_operands ? res[m * c.ldc + n] : 0.0, with_operands ? bias[n] : 0.0);
+        if (!(std::fabs(got - r) <= tol) && bad++ < 3) {
+          CAPTURE(m);
+          CAPTURE(n);
+          CAPTURE(got);
+          CAPTURE(r);
+          CAPTURE(tol);
+          CHECK(std::fabs(got - r) <= tol);
+        }
+      }
+      for (size_t n = c.N; n < c.ldc; ++n)
+        if (dst[m * c.ldc + n] != kSentinel && bad++ < 3) FAIL("wrote past N at row " << m << " col " << n);
+    }
+    CHECK(bad == 0);
+  }
+}
+
+void check_shape(size_t M, size_t N, size_t K, uint32_t seed = 1) {
+  CAPTURE(M);
+  CAPTURE(N);
+  CAPTURE(K);
+  check_case({M, N, K, K + 3, N + 5, K + 2}, {}, seed, false);
+}
+
+}  // namespace
+
+TEST_CASE("gemm: shapes across every tile edge, every ISA and the onednn backend") {
+  // M: 1..8, avx2 mr ± 1 (5, 6, 7), avx512 mr ± 1 and 2·mr + 1 (13, 14, 15, 29), mc + 1 (145 avx2, 169 avx512), 513.
+  for (size_t M : {1, 2, 3, 4, 5, 6, 7, 8, 13, 14, 15, 29, 145, 169, 513}) check_shape(M, 33, 257, 10);
+  // N: 1, nr ± 1 for nr 16 and 32, 3·nr + 5, 3072.
+  for (size_t N : {1, 15, 16, 17, 31, 32, 33, 53, 101, 3072})
+    for (size_t M : {1, 5, 15}) check_shape(M, N, N == 3072 ? 64 : 256, 20);
+  // K: 1, 7, kc − 1, kc, kc + 1, 3072 (several K slices; M ≤ mr uses one slice of the whole K).
+  for (size_t K : {1, 7, 255, 256, 257, 3072})
+    for (size_t M : {1, 3, 14, 29}) check_shape(M, 33, K, 30);
+}
+
+TEST_CASE("gemm: epilogues (bias, gelu_tanh, silu, multiply, residual)") {
+  for (Activation act : {Activation::none, Activation::gelu_tanh, Activation::silu})
+    for (size_t M : {1, 4, 31})
+      for (size_t K : {19, 600}) {
+        CAPTURE(activation_name(act));
+        CAPTURE(M);
+        CAPTURE(K);
+        GemmEpilogue e;
+        e.activation = act;
+        check_case({M, 77, K, K + 1, 80, K}, e, 40, true);
+        check_case({M, 77, K, K, 77, K}, e, 41, false);
+      }
+}
+
+TEST_CASE("gemm: residual aliasing dst (in-place residual add)") {
+  // K 600 > kc forces partial sums through dst for M > mr: the aliased residual must still be the original.
+  for (const Backend& b : all_backends())
+    for (size_t M : {1, 3, 40})
+      for (size_t K : {20, 600}) {
+        CAPTURE(b.name());
+        CAPTURE(M);
+        CAPTURE(K);
+        const size_t N = 70, ldc = 72;
+        const auto src = random_vector(M * K, 50);
+        const auto w = random_vector(N * K, 51);
+        const auto bias = random_vector(N, 52);
+        const auto res = random_vector(M * ldc, 53);
+        GemmEpilogue e;
+        e.bias = bias.data();
+        e.activation = Activation::silu;
+        e.residual = res.data();
+        e.ld_residual = ldc;
+        std::vector<float> ref(M * ldc, 0.0f);
+        gemm_ref(src.data(), M, K, w.data(), N, K, K, ref.data(), ldc, e);
+        std::vector<float> dst = res;  // dst holds the residual stream
+        e.residual = dst.data();
+        const PackedWeights packed = PackedWeights::pack(w.data(), N, K, K, b.isa, b.backend);
+        gemm(src.data(), M, K, packed, dst.data(), ldc, e, 2);
+        for (size_t m = 0; m < M; ++m)
+          for (size_t n = 0; n < N; ++n) {
+            const double tol = tolerance(abs_dot(src.data() + m * K, w.data() + n * K, K), K, 1.0,
+                                         ref[m * ldc + n], res[m * ldc + n], bias[n]);
+            if (!(std::fabs(dst[m * ldc + n] - ref[m * ldc + n]) <= tol)) {
+              CAPTURE(m);
+              CAPTURE(n);
+              REQUIRE(std::fabs(dst[m * ldc + n] - ref[m * ldc + n]) <= tol);
+            }
+          }
+      }
+}
+
+TEST_CASE("gemm: results are bit-identical for 1, 2 and 3 threads") {
+  for (Isa isa : supported_isas())
+    for (auto [M, N, K] : {std::tuple<size_t, size_t, size_t>{1, 1000, 300}, {4, 333, 64}, {16, 200, 257},
+                           {100, 130, 520}, {200, 64, 40}}) {
+      CAPTURE(isa_name(isa));
+      CAPTURE(M);
+      CAPTURE(N);
+      const auto src = random_vector(M * K, 60);
+      const auto w = random_vector(N * K, 61);
+      const auto bias = random_vector(N, 62);
+      GemmEpilogue e;
+      e.bias = bias.data();
+      e.activation = Activation::gelu_tanh;
+      const PackedWeights packed = PackedWeights::pack(w.data(), N, K, K, isa, GemmBackend::sqrtdk);
+      std::vector<float> one(M * N), two(M * N), three(M * N);
+      gemm(src.data(), M, K, packed, one.data(), N, e, 1);
+      gemm(src.data(), M, K, packed, two.data(), N, e, 2);
+      gemm(src.data(), M, K, packed, three.data(), N, e, 3);
+      CHECK(std::memcmp(one.data(), two.data(), one.size() * sizeof(float)) == 0);
+      CHECK(std::memcmp(one.data(), three.data(), one.size() * sizeof(float)) == 0);
+    }
+}
+
+TEST_CASE("gemm_unpacked: both B layouts, every ISA, 1 vs 2 threads bitwise") {
+  GemmWorkspace ws;
+  for (Isa isa : supported_isas())
+    for (BLayout layout : {BLayout::nk, BLayout::kn})
+      for (size_t M : {1, 4, 5, 17})  // ≤ 4: direct kernels; > 4: packed B
+        for (size_t N : {1, 17, 100})
+          for (size_t K : {1, 7, 300}) {
+            CAPTURE(isa_name(isa));
+            CAPTURE(layout == BLayout::nk ? "nk" : "kn");
+            CAPTURE(M);
+            CAPTURE(N);
+            CAPTURE(K);
+            const bool kn = layout == BLayout::kn;
+            const size_t lda = K + 1, ldb = (kn ? N : K) + 3, ldc = N + 2;
+            const auto A = random_vector(M * lda, 70);
+            const auto B = random_vector((kn ? K : N) * ldb, 71);
+            const float alpha = 0.125f;
+            std::vector<float> ref(M * ldc, kSentinel), c1(M * ldc, kSentinel), c2(M * ldc, kSentinel);
+            gemm_unpacked_ref(M, N, K, alpha, A.data(), lda, B.data(), ldb, layout, ref.data(), ldc);
+            gemm_unpacked(isa, M, N, K, alpha, A.data(), lda, B.data(), ldb, layout, c1.data(), ldc, ws, 1);
+            gemm_unpacked(isa, M, N, K, alpha, A.data(), lda, B.data(), ldb, layout, c2.data(), ldc, ws, 2);
+            REQUIRE(std::memcmp(c1.data(), c2.data(), c1.size() * sizeof(float)) == 0);
+            for (size_t m = 0; m < M; ++m) {
+              for (size_t n = 0; n < N; ++n) {
+                double s = 0;
+                for (size_t k = 0; k < K; ++k)
+                  s += std::fabs(static_cast<double>(A[m * lda + k]) * (kn ? B[k * ldb + n] : B[n * ldb + k]));
+                // alpha is a power of two: exact; same K·ε bound as gemm.
+                const double tol = 2.0 * K * FLT_EPSILON * s * alpha + 1e-30;
+                if (!(std::fabs(c1[m * ldc + n] - ref[m * ldc + n]) <= tol)) {
+                  CAPTURE(m);
+                  CAPTURE(n);
+                  REQUIRE(std::fabs(c1[m * ldc + n] - ref[m * ldc + n]) <= tol);
+                }
+              }
+              for (size_t n = N; n < ldc; ++n) REQUIRE(c1[m * ldc + n] == kSentinel);
+            }
+          }
+}
+
+TEST_CASE("gemm: bad arguments throw sqrtdk::Error") {
+  const size_t M = 4, N = 8, K = 16;
+  std::vector<float> src(M * K, 1.0f), w(N * K, 1.0f), dst(M * N);
+  const Isa isa = best_isa();
+  CHECK_THROWS_AS(PackedWeights::pack(w.data(), 0, K, K, isa), Error);
+  CHECK_THROWS_AS(PackedWeights::pack(w.data(), N, 0, K, isa), Error);
+  CHECK_THROWS_AS(PackedWeights::pack(nullptr, N, K, K, isa), Error);
+  CHECK_THROWS_AS(PackedWeights::pack(w.data(), N, K, K - 1, isa), Error);
+  const PackedWeights packed = PackedWeights::pack(w.data(), N, K, K, isa, GemmBackend::sqrtdk);
+  CHECK(packed.bytes() >= N * K * sizeof(float));
+  CHECK_THROWS_AS(gemm(nullptr, M, K, packed, dst.data(), N), Error);
+  CHECK_THROWS_AS(gemm(src.data(), M, K, packed, nullptr, N), Error);
+  CHECK_THROWS_AS(gemm(src.data(), M, K - 1, packed, dst.data(), N), Error);
+  CHECK_THROWS_AS(gemm(src.data(), M, K, packed, dst.data(), N - 1), Error);
+  CHECK_THROWS_AS(gemm(src.data(), M, K, packed, src.data(), N), Error);  // src overlaps dst
+  CHECK_THROWS_AS(gemm(src.data(), M, K, PackedWeights{}, dst.data(), N), Error);
+  CHECK_THROWS_AS(gemm(src.data(), M, K, packed, dst.data(), N, {}, -1), Error);
+  GemmEpilogue e;
+  e.residual = dst.data();
+  e.ld_residual = N - 1;
+  CHECK_THROWS_AS(gemm(src.data(), M, K, packed, dst.data(), N, e), Error);
+  e = {};
+  e.multiply = dst.data();
+  e.ld_multiply = 0;
+  CHECK_THROWS_AS(gemm(src.data(), M, K, packed, dst.data(), N, e), Error);
+  GemmWorkspace ws;
+  CHECK_THROWS_AS(gemm_unpacked(isa, M, N, K, 1.0f, src.data(), K, w.data(), K - 1, BLayout::nk, dst.data(), N, ws),
+                  Error);
+  CHECK_THROWS_AS(gemm_unpacked(isa, M, N, K, 1.0f, src.data(), K, w.data(), N - 1, BLayout::kn, dst.data(), N, ws),
+                  Error);
+  CHECK_THROWS_AS(gemm_unpacked(isa, M, N, K, 1.0f, src.data(), K - 1, w.data(), K, BLayout::nk, dst.data(), N, ws),
+                  Error);
+  CHECK_NOTHROW(gemm(src.data(), 0, K, packed, dst.data(), N));  // M = 0: nothing to do
+}
+
+TEST_CASE("gemm: activation references") {
+  CHECK(gelu_tanh_ref(0.0f) == 0.0f);
+  CHECK(gelu_tanh_ref(1.0f) == doctest::Approx(0.841192f).epsilon(1e-5));
+  CHECK(gelu_tanh_ref(-3.0f) == doctest::Approx(-0.00363752f).epsilon(1e-4));
+  CHECK(silu_ref(0.0f) == 0.0f);
+  CHECK(silu_ref(1.0f) == doctest::Approx(0.7310586f).epsilon(1e-6));
+  CHECK(silu_ref(-100.0f) == doctest::Approx(0.0f));
+}
