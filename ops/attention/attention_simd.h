@@ -58,6 +58,23 @@ struct LaneMask {
   __m256i m;        // avx2
 };
 
+// out[j] = sum of the lanes of acc[j], j < W. avx2: xsimd::haddp. avx512: each zmm folded to a ymm (hi + lo
+// halves), then the 8-wide haddp twice (xsimd 8.1's avx512 haddp gives wrong sums here: tests caught it).
+template <class Arch>
+inline Batch<Arch> sum_lanes(const Batch<Arch>* acc) {
+  if constexpr (kIsAvx512<Arch>) {
+    using Y = xsimd::batch<float, xsimd::fma3<xsimd::avx2>>;
+    Y half[16];
+    for (int j = 0; j < 16; ++j)
+      half[j] = _mm256_add_ps(_mm512_castps512_ps256(acc[j]),
+                              _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[j]), 1)));
+    const __m256 lo = xsimd::haddp(half), hi = xsimd::haddp(half + 8);
+    return _mm512_insertf32x8(_mm512_castps256_ps512(lo), hi, 1);
+  } else {
+    return xsimd::haddp(acc);
+  }
+}
+
 // C[MR][NV*W] (+)= A · B. A(i, k) = A[i*a_rs + k*a_cs]; B(k, n) = B[k*ldb + n]; C(i, n) = C[i*ldc + n].
 // The last of the NV vectors covers `last_lanes` columns (W = full; kPartial must be true if last_lanes < W).
 // accumulate = false: C is overwritten and never read.
@@ -284,7 +301,7 @@ void decode_chunk(const AttentionParams& p, const DecodePlan& plan, size_t g, si
         const V qv = V::load_aligned(qh + d_full);
         for (size_t j = 0; j < nj; ++j) acc[j] = xsimd::fma(d_tail.load(kg + (j0 + j) * d + d_full), qv, acc[j]);
       }
-      const V sums = xsimd::haddp(acc);
+      const V sums = sum_lanes<Arch>(acc);
       if (nj == W)
         sums.store_unaligned(s + hh * kDecodeChunk + j0);
       else
