@@ -1,0 +1,216 @@
+// Attention: argument checks, path choice, work partition and threading; the kernels are in attention_simd.h
+// (fused), attention_unfused.cpp (GEMM + softmax) and attention_ref.cpp (the spec).
+//
+// Path choice (automatic): measured with bench-attention on the 2-core Zen 5 VM (2026-11-30, see README
+// results): the fused path was faster than the unfused one at every benchmarked prefill and decode shape at 1 and
+// 2 threads, so automatic takes fused, except when the observer hook asks for the probabilities (unfused computes
+// them anyway). SQRTDK_ATTENTION=fused|unfused forces a path.
+#include "ops/attention/attention.h"
+
+#include "engine/src/aligned_buffer.h"
+#include "engine/src/threading.h"
+#include "ops/attention/attention_internal.h"
+#include "ops/attention/attention_kernels.h"
+
+#include <sqrtdk/error.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <string>
+
+namespace sqrtdk::ops {
+
+namespace {
+
+size_t round_up(size_t x, size_t m) { return (x + m - 1) / m * m; }
+
+size_t vector_width(Isa isa) { return isa == Isa::avx512 ? 16 : 8; }
+
+std::string describe(const AttentionParams& p) {
+  return "attention(n_heads=" + std::to_string(p.n_heads) + ", n_kv_heads=" + std::to_string(p.n_kv_heads) +
+         ", head_dim=" + std::to_string(p.head_dim) + ", n_queries=" + std::to_string(p.n_queries) +
+         ", pos0=" + std::to_string(p.pos0) + ", cache_stride=" + std::to_string(p.cache_stride) + ")";
+}
+
+void validate(Isa isa, const AttentionParams& p) {
+  auto fail = [&](const std::string& what) { throw Error(describe(p) + ": " + what); };
+  if (!cpu_supports(isa)) fail(std::string("ISA ") + isa_name(isa) + " is not supported by this CPU");
+  if (p.n_heads == 0) fail("n_heads must be > 0");
+  if (p.n_kv_heads == 0) fail("n_kv_heads must be > 0");
+  if (p.n_heads % p.n_kv_heads != 0) fail("n_kv_heads must divide n_heads");
+  if (p.head_dim == 0) fail("head_dim must be > 0");
+  if (!std::isfinite(p.scale) || p.scale == 0.0f) fail("scale must be finite and nonzero, got " + std::to_string(p.scale));
+  if (p.n_queries == 0) return;
+  const size_t width = p.n_heads * p.head_dim;
+  if (p.q == nullptr) fail("q is null");
+  if (p.k_cache == nullptr) fail("k_cache is null");
+  if (p.v_cache == nullptr) fail("v_cache is null");
+  if (p.out == nullptr) fail("out is null");
+  if (p.ldq < width) fail("ldq = " + std::to_string(p.ldq) + " < n_heads*head_dim = " + std::to_string(width));
+  if (p.ldo < width) fail("ldo = " + std::to_string(p.ldo) + " < n_heads*head_dim = " + std::to_string(width));
+  if (p.cache_stride < p.n_keys())
+    fail("cache_stride = " + std::to_string(p.cache_stride) + " < pos0 + n_queries = " + std::to_string(p.n_keys()));
+}
+
+void fused_prefill(Isa isa, const AttentionParams& p, AttentionWorkspace::Impl& ws, int threads) {
+  const FusedPlan plan = make_fused_plan(p, vector_width(isa));
+  const size_t per_thread = round_up(fused_scratch_floats(plan), 16);
+  ws.reserve_thread_scratch(static_cast<size_t>(threads), per_thread);
+  const size_t n_items = p.n_kv_heads * plan.n_blocks;
+  // Items are independent and each writes its own output rows: any schedule gives the same bits. Dynamic
+  // scheduling because causal blocks differ in cost (block qb sees about qb+1 key tiles).
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
+  for (size_t item = 0; item < n_items; ++item) {
+    // Later query blocks first (the most expensive under causal masking).
+    const size_t qb = plan.n_blocks - 1 - item / p.n_kv_heads, g = item % p.n_kv_heads;
+    float* scratch = ws.thread_scratch(static_cast<size_t>(omp_get_thread_num()), per_thread);
+    if (isa == Isa::avx512)
+      fused_prefill_item_avx512(p, plan, g, qb, scratch);
+    else
+      fused_prefill_item_avx2(p, plan, g, qb, scratch);
+  }
+}
+
+void fused_decode(Isa isa, const AttentionParams& p, AttentionWorkspace::Impl& ws, int threads) {
+  const DecodePlan plan = make_decode_plan(p, vector_width(isa));
+  const size_t per_thread = round_up(decode_scratch_floats(plan), 16);
+  ws.reserve_thread_scratch(static_cast<size_t>(threads), per_thread);
+  float* partials = ws.shared(decode_partial_floats(p, plan));
+  const size_t n_items = p.n_kv_heads * plan.n_chunks;
+#pragma omp parallel num_threads(threads)
+  {
+    float* scratch = ws.thread_scratch(static_cast<size_t>(omp_get_thread_num()), per_thread);
+#pragma omp for schedule(static)
+    for (size_t item = 0; item < n_items; ++item) {
+      const size_t g = item / plan.n_chunks, chunk = item % plan.n_chunks;
+      if (isa == Isa::avx512)
+        decode_chunk_avx512(p, plan, g, chunk, scratch, partials);
+      else
+        decode_chunk_avx2(p, plan, g, chunk, scratch, partials);
+    }
+#pragma omp for schedule(static)
+    for (size_t h = 0; h < p.n_heads; ++h) {
+      const size_t g = h / plan.group, hh = h % plan.group;
+      if (isa == Isa::avx512)
+        decode_merge_avx512(p, plan, g, hh, partials);
+      else
+        decode_merge_avx2(p, plan, g, hh, partials);
+    }
+  }
+}
+
+}  // namespace
+
+// ---- plans ----
+
+FusedPlan make_fused_plan(const AttentionParams& p, size_t vector_width) {
+  FusedPlan plan;
+  plan.group = p.n_heads / p.n_kv_heads;
+  plan.block = std::min(p.n_queries, std::max<size_t>(1, kTargetRows / plan.group));
+  plan.n_blocks = (p.n_queries + plan.block - 1) / plan.block;
+  plan.rows = plan.group * plan.block;
+  plan.rows_padded = round_up(plan.rows, vector_width);
+  plan.dim_padded = round_up(p.head_dim, vector_width);
+  return plan;
+}
+
+size_t fused_scratch_floats(const FusedPlan& plan) {
+  return plan.dim_padded * plan.rows_padded  // Qᵀ
+         + kBc * plan.rows_padded            // Sᵀ / Pᵀ
+         + plan.rows * plan.dim_padded       // O
+         + 4 * plan.rows_padded;             // m, l, alpha, causal limit
+}
+
+DecodePlan make_decode_plan(const AttentionParams& p, size_t vector_width) {
+  DecodePlan plan;
+  plan.group = p.n_heads / p.n_kv_heads;
+  plan.n_chunks = (p.n_keys() + kDecodeChunk - 1) / kDecodeChunk;
+  plan.dim_padded = round_up(p.head_dim, vector_width);
+  plan.partial_stride = plan.dim_padded + 2;
+  return plan;
+}
+
+size_t decode_scratch_floats(const DecodePlan& plan) {
+  return plan.group * plan.dim_padded + plan.group * kDecodeChunk;  // scaled q rows, scores
+}
+
+size_t decode_partial_floats(const AttentionParams& p, const DecodePlan& plan) {
+  return p.n_kv_heads * plan.n_chunks * plan.group * plan.partial_stride;
+}
+
+// ---- workspace ----
+
+AttentionWorkspace::AttentionWorkspace() : impl_(std::make_unique<Impl>()) {}
+AttentionWorkspace::~AttentionWorkspace() = default;
+AttentionWorkspace::AttentionWorkspace(AttentionWorkspace&&) noexcept = default;
+AttentionWorkspace& AttentionWorkspace::operator=(AttentionWorkspace&&) noexcept = default;
+size_t AttentionWorkspace::bytes() const { return impl_->bytes(); }
+
+void AttentionWorkspace::Impl::reserve_thread_scratch(size_t threads, size_t floats_each) {
+  if (threads * floats_each > scratch_.size()) scratch_.allocate(threads * floats_each);
+}
+float* AttentionWorkspace::Impl::thread_scratch(size_t thread, size_t floats_each) {
+  return scratch_.data() + thread * floats_each;
+}
+float* AttentionWorkspace::Impl::shared(size_t floats) {
+  if (floats > shared_.size()) shared_.allocate(floats);
+  return shared_.data();
+}
+size_t AttentionWorkspace::Impl::bytes() const {
+  size_t b = (scratch_.size() + shared_.size()) * sizeof(float);
+  b += unfused_bytes();
+  return b;
+}
+
+// ---- paths ----
+
+const char* attention_path_name(AttentionPath path) {
+  switch (path) {
+    case AttentionPath::automatic: return "automatic";
+    case AttentionPath::fused: return "fused";
+    case AttentionPath::unfused: return "unfused";
+  }
+  return "unknown";
+}
+
+AttentionPath default_attention_path() {
+  static const AttentionPath path = [] {
+    const char* env = std::getenv("SQRTDK_ATTENTION");
+    if (env == nullptr || *env == '\0') return AttentionPath::automatic;
+    const std::string v(env);
+    if (v == "fused") return AttentionPath::fused;
+    if (v == "unfused") return AttentionPath::unfused;
+    if (v == "automatic") return AttentionPath::automatic;
+    throw Error("SQRTDK_ATTENTION='" + v + "' is not a path (expected fused, unfused or automatic)");
+  }();
+  return path;
+}
+
+AttentionPath choose_attention_path(const AttentionParams& p) {
+  if (p.observe != nullptr) return AttentionPath::unfused;
+  return AttentionPath::fused;
+}
+
+void attention(Isa isa, const AttentionParams& p, AttentionWorkspace& ws, int n_threads, AttentionPath path) {
+  validate(isa, p);
+  if (p.n_queries == 0) return;
+  if (path == AttentionPath::automatic || p.observe != nullptr) path = choose_attention_path(p);
+  // Below ~2^18 multiply-adds (tens of microseconds) a parallel region costs more than it saves: one thread.
+  // The work partition does not depend on the thread count, so this changes nothing in the results.
+  const size_t work = p.n_heads * p.n_queries * p.n_keys() * p.head_dim;
+  const int threads = work < (size_t{1} << 18) ? 1 : resolve_threads(n_threads);
+  if (path == AttentionPath::unfused) {
+    attention_unfused(isa, p, ws.impl(), threads);
+    return;
+  }
+  if (isa == Isa::ref) {  // the reference ISA runs the spec itself
+    attention_ref(p);
+    return;
+  }
+  if (p.n_queries == 1)
+    fused_decode(isa, p, ws.impl(), threads);
+  else
+    fused_prefill(isa, p, ws.impl(), threads);
+}
+
+}  // namespace sqrtdk::ops

@@ -1,0 +1,87 @@
+// Multi-head attention with grouped-query heads and a KV cache: out = softmax(scale * Q·Kᵀ + causal mask)·V.
+//
+//   q      [n_queries][ldq]   head h at columns h*head_dim .. h*head_dim + head_dim - 1
+//   k/v    [n_kv_heads][cache_stride][head_dim]   keys/values 0 .. pos0 + n_queries - 1 are filled
+//   out    [n_queries][ldo]   head h at columns h*head_dim ..
+//   Head h reads kv head h / (n_heads / n_kv_heads) (GQA; MQA when n_kv_heads = 1).
+//   causal: query i (position pos0 + i) sees keys 0 .. pos0 + i; non-causal: all pos0 + n_queries keys.
+//
+// Two paths, both kept (attention_path.md-style notes in attention.cpp):
+//   unfused  scores = Q·Kᵀ (gemm_unpacked), softmax_rows with the causal mask, out = P·V (gemm_unpacked);
+//            materializes n_queries × n_keys scores per head (per thread).
+//   fused    flash-style: key tiles folded into an online softmax; Q·Kᵀ and P·V both as register-blocked tiles,
+//            each K/V tile read once for all query heads of a GQA group, fully masked causal tiles skipped;
+//            scratch O(threads × tile). Decode (n_queries = 1) splits the cache into fixed chunks of keys whose
+//            partial softmax states are merged in a fixed order.
+// Determinism: the work partition (heads, query blocks, cache chunks) depends on the shape only, never on
+// n_threads, and every output element is computed by one thread: bit-identical results for any thread count.
+// Accuracy (vs attention_ref, double): fused and unfused within about 1e-5 relative to max |v| for the tested shapes
+// (float dot products of length head_dim, exp 2 ulp, float sums of up to n_keys terms).
+#pragma once
+
+#include <sqrtdk/isa.h>
+
+#include <cstddef>
+#include <memory>
+#include <vector>
+
+namespace sqrtdk::ops {
+
+// Observer hook: the probabilities of one call, [n_heads][n_queries][n_keys] (masked entries 0).
+struct AttentionProbs {
+  std::vector<float> probs;
+  size_t n_heads = 0, n_queries = 0, n_keys = 0;
+};
+
+struct AttentionParams {
+  size_t n_heads = 0, n_kv_heads = 0, head_dim = 0;  // n_kv_heads divides n_heads (GQA; MQA when 1)
+  size_t n_queries = 0;                              // new tokens this call
+  size_t pos0 = 0;     // position of the first query; the cache holds keys 0 .. pos0 + n_queries - 1
+  bool causal = true;  // query i sees keys 0 .. pos0 + i; non-causal: all pos0 + n_queries keys
+  float scale = 0;     // multiplies q·k before softmax; the executor passes 1/sqrt(head_dim)
+  const float* q = nullptr;
+  size_t ldq = 0;                   // [n_queries, ldq >= n_heads*head_dim], head h at columns h*head_dim
+  const float* k_cache = nullptr;   // [n_kv_heads][cache_stride][head_dim]
+  const float* v_cache = nullptr;   // [n_kv_heads][cache_stride][head_dim]
+  size_t cache_stride = 0;          // rows per kv head (the session's max context)
+  float* out = nullptr;
+  size_t ldo = 0;                   // [n_queries, ldo >= n_heads*head_dim]
+  AttentionProbs* observe = nullptr;  // if set: probabilities copied out (forces the unfused path for this call)
+
+  size_t n_keys() const { return pos0 + n_queries; }
+};
+
+enum class AttentionPath { automatic, fused, unfused };
+const char* attention_path_name(AttentionPath path);
+
+// SQRTDK_ATTENTION=fused|unfused (sqrtdk::Error if another value), else automatic. Read once.
+AttentionPath default_attention_path();
+
+// The path `automatic` takes for this shape (see attention.cpp for the measured crossover).
+AttentionPath choose_attention_path(const AttentionParams& p);
+
+// Scratch owned by a Session: grows on demand to the largest call seen, then reused (no per-call allocation).
+class AttentionWorkspace {
+ public:
+  AttentionWorkspace();
+  ~AttentionWorkspace();
+  AttentionWorkspace(AttentionWorkspace&&) noexcept;
+  AttentionWorkspace& operator=(AttentionWorkspace&&) noexcept;
+  // Bytes currently held (the benchmarks report it as peak scratch memory).
+  size_t bytes() const;
+
+  struct Impl;
+  Impl& impl() { return *impl_; }
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+// Validates p (sqrtdk::Error naming the bad field), then runs the chosen path with n_threads (0 = default).
+void attention(Isa isa, const AttentionParams& p, AttentionWorkspace& ws, int n_threads = 0,
+               AttentionPath path = default_attention_path());
+
+// The specification: naive loops in double precision, one head and one query at a time.
+void attention_ref(const AttentionParams& p);
+
+}  // namespace sqrtdk::ops

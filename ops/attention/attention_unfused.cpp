@@ -1,0 +1,82 @@
+// The unfused attention path, per head h (kv head g = h / G):
+//   scores[n_queries][n_keys] = scale · Q_h · K_gᵀ      gemm_unpacked, BLayout::nk
+//   P = softmax_rows(scores) with the causal mask          (masked keys exactly 0)
+//   out_h[n_queries][head_dim] = P · V_g                   gemm_unpacked, BLayout::kn
+// Materializes n_queries × n_keys scores per thread. With at least as many heads as threads, heads are split over
+// threads (single-threaded GEMMs); otherwise heads run one after another with every thread inside the GEMM and the
+// softmax. Both GEMM and softmax are deterministic for any thread count, so the path is too.
+#include "ops/attention/attention_internal.h"
+
+#include "engine/src/threading.h"
+#include "ops/gemm/gemm.h"
+#include "ops/softmax/softmax.h"
+
+#include <vector>
+
+namespace sqrtdk::ops {
+
+struct UnfusedScratch {
+  std::vector<AlignedBuffer<float>> scores;  // per thread: [n_queries][n_keys]
+  std::vector<GemmWorkspace> gemm;           // per thread
+  void reserve(size_t threads, size_t floats) {
+    if (scores.size() < threads) scores.resize(threads);
+    if (gemm.size() < threads) gemm.resize(threads);
+    for (size_t t = 0; t < threads; ++t)
+      if (scores[t].size() < floats) scores[t].allocate(floats);
+  }
+  size_t bytes() const {
+    size_t b = 0;
+    for (const auto& s : scores) b += s.size() * sizeof(float);
+    for (const auto& g : gemm) b += g.bytes();
+    return b;
+  }
+};
+
+AttentionWorkspace::Impl::Impl() : unfused_(std::make_unique<UnfusedScratch>()) {}
+AttentionWorkspace::Impl::~Impl() = default;
+size_t AttentionWorkspace::Impl::unfused_bytes() const { return unfused_->bytes(); }
+UnfusedScratch& AttentionWorkspace::Impl::unfused() { return *unfused_; }
+
+namespace {
+
+// One head: scores (or the observer's slice), softmax, P·V. `threads` is the thread count inside GEMM/softmax.
+void unfused_head(Isa isa, const AttentionParams& p, size_t h, float* scores, GemmWorkspace& gws, int threads) {
+  const size_t d = p.head_dim, n = p.n_queries, m = p.n_keys(), g = h / (p.n_heads / p.n_kv_heads);
+  const float* q = p.q + h * d;                               // [n][ldq]
+  const float* k = p.k_cache + g * p.cache_stride * d;         // [m][d]
+  const float* v = p.v_cache + g * p.cache_stride * d;         // [m][d]
+  gemm_unpacked(isa, n, m, d, p.scale, q, p.ldq, k, d, BLayout::nk, scores, m, gws, threads);
+  SoftmaxMask mask;
+  mask.causal = p.causal;
+  mask.pos0 = p.pos0;
+  softmax_rows(isa, n, m, scores, m, scores, m, 1.0f, mask, threads);
+  gemm_unpacked(isa, n, d, m, 1.0f, scores, m, v, d, BLayout::kn, p.out + h * d, p.ldo, gws, threads);
+}
+
+}  // namespace
+
+void attention_unfused(Isa isa, const AttentionParams& p, AttentionWorkspace::Impl& ws, int threads) {
+  const size_t n = p.n_queries, m = p.n_keys();
+  if (p.observe) {
+    p.observe->probs.assign(p.n_heads * n * m, 0.0f);
+    p.observe->n_heads = p.n_heads, p.observe->n_queries = n, p.observe->n_keys = m;
+  }
+  UnfusedScratch& us = ws.unfused();
+  const bool split_heads = p.n_heads >= static_cast<size_t>(threads);
+  const size_t buffers = split_heads ? static_cast<size_t>(threads) : 1;
+  us.reserve(buffers, p.observe ? 0 : n * m);
+  auto scores_of = [&](size_t h, size_t t) {
+    return p.observe ? p.observe->probs.data() + h * n * m : us.scores[t].data();
+  };
+  if (!split_heads) {
+    for (size_t h = 0; h < p.n_heads; ++h) unfused_head(isa, p, h, scores_of(h, 0), us.gemm[0], threads);
+    return;
+  }
+#pragma omp parallel for num_threads(threads) schedule(static)
+  for (size_t h = 0; h < p.n_heads; ++h) {
+    const size_t t = static_cast<size_t>(omp_get_thread_num());
+    unfused_head(isa, p, h, scores_of(h, t), us.gemm[t], 1);
+  }
+}
+
+}  // namespace sqrtdk::ops

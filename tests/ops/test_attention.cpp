@@ -1,0 +1,249 @@
+// Attention (ops/attention): both paths on every ISA the machine has against attention_ref (double precision),
+// over the shape lists; decode step by step equals the full sequence; bit-identical for any thread count;
+// argument checks; the observer hook.
+#include <doctest/doctest.h>
+
+#include "ops/attention/attention.h"
+
+#include <sqrtdk/error.h>
+#include <sqrtdk/isa.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+using namespace sqrtdk;
+using namespace sqrtdk::ops;
+
+namespace {
+
+// A KV cache and a query block with random contents. q is scaled by 3 so softmax rows are peaked (the running
+// max of the online softmax changes from tile to tile), k and v are uniform in [-1, 1].
+struct Problem {
+  size_t n_heads, n_kv_heads, head_dim, n_queries, pos0, stride;
+  std::vector<float> q, k, v, out;
+  Problem(size_t h, size_t kvh, size_t d, size_t nq, size_t p0, unsigned seed = 1)
+      : n_heads(h), n_kv_heads(kvh), head_dim(d), n_queries(nq), pos0(p0), stride(p0 + nq + 3) {
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    q.resize(nq * (h * d + 5));  // ldq = h*d + 5: a stride wider than the row
+    for (float& x : q) x = 3.0f * u(rng);
+    k.resize(kvh * stride * d);
+    v.resize(kvh * stride * d);
+    for (float& x : k) x = u(rng);
+    for (float& x : v) x = u(rng);
+    out.assign(nq * (h * d + 2), -7.0f);  // ldo = h*d + 2
+  }
+  AttentionParams params(bool causal) {
+    AttentionParams p;
+    p.n_heads = n_heads, p.n_kv_heads = n_kv_heads, p.head_dim = head_dim, p.n_queries = n_queries, p.pos0 = pos0;
+    p.causal = causal, p.scale = 1.0f / std::sqrt(float(head_dim));
+    p.q = q.data(), p.ldq = n_heads * head_dim + 5;
+    p.k_cache = k.data(), p.v_cache = v.data(), p.cache_stride = stride;
+    p.out = out.data(), p.ldo = n_heads * head_dim + 2;
+    return p;
+  }
+};
+
+// Error budget against the double reference, relative to max |v| = 1: scores are float dot products of head_dim
+// terms (|q·k·scale| up to ~3 sqrt(d) / sqrt(d) · ..., rounding ~ 1e-6), exp_rr2_p5 is 2 ulp, and the output and
+// softmax sum are float sums over up to n_keys terms whose rounding grows like sqrt(n_keys) · 2^-24 (random signs).
+double tolerance(size_t n_keys) { return 2e-5 + 1e-6 * std::sqrt(double(n_keys)); }
+
+// with_ref_isa: also run Isa::ref (double-precision GEMMs: slow, so only on the small shapes).
+void check_against_ref(Problem& pr, bool causal, const char* what, bool with_ref_isa = true, int threads = 1) {
+  AttentionParams p = pr.params(causal);
+  std::vector<float> ref_out(pr.out.size(), -7.0f);
+  AttentionParams pref = p;
+  pref.out = ref_out.data();
+  attention_ref(pref);
+  AttentionWorkspace ws;
+  for (Isa isa : supported_isas()) {
+    if (isa == Isa::ref && !with_ref_isa) continue;
+    for (AttentionPath path : {AttentionPath::fused, AttentionPath::unfused}) {
+      std::fill(pr.out.begin(), pr.out.end(), -7.0f);
+      attention(isa, p, ws, threads, path);
+      double worst = 0.0;
+      bool padding_ok = true, finite = true;
+      for (size_t i = 0; i < pr.n_queries; ++i) {
+        for (size_t c = 0; c < p.ldo; ++c) {
+          const float y = pr.out[i * p.ldo + c], r = ref_out[i * p.ldo + c];
+          if (c >= pr.n_heads * pr.head_dim) {
+            padding_ok &= y == -7.0f;
+            continue;
+          }
+          finite &= std::isfinite(y);
+          worst = std::max(worst, std::fabs(double(y) - double(r)));
+        }
+      }
+      CAPTURE(what);
+      CAPTURE(std::string(isa_name(isa)));
+      CAPTURE(std::string(attention_path_name(path)));
+      CAPTURE(pr.n_heads);
+      CAPTURE(pr.n_kv_heads);
+      CAPTURE(pr.head_dim);
+      CAPTURE(pr.n_queries);
+      CAPTURE(pr.pos0 + pr.n_queries);
+      CAPTURE(causal);
+      CHECK(finite);
+      CHECK(padding_ok);
+      CHECK(worst <= tolerance(pr.pos0 + pr.n_queries));
+    }
+  }
+}
+
+struct Heads {
+  size_t n_heads, n_kv_heads;
+};
+const Heads kHeadConfigs[] = {{12, 12}, {32, 8}, {8, 1}};
+
+}  // namespace
+
+TEST_CASE("attention: both paths match attention_ref, small shapes, every head config and head_dim") {
+  // (n_queries, n_keys): n_keys = pos0 + n_queries.
+  const std::pair<size_t, size_t> shapes[] = {{1, 1}, {1, 17}, {7, 17}, {7, 64}, {64, 64}, {1, 511}};
+  for (Heads hc : kHeadConfigs)
+    for (size_t d : {32, 64, 80, 128})
+      for (auto [nq, nk] : shapes)
+        for (bool causal : {true, false}) {
+          Problem pr(hc.n_heads, hc.n_kv_heads, d, nq, nk - nq, unsigned(nq * 131 + nk + d));
+          check_against_ref(pr, causal, "small");
+        }
+}
+
+TEST_CASE("attention: both paths match attention_ref, long shapes (one head config each)") {
+  struct Case {
+    Heads hc;
+    size_t d, nq, nk;
+  };
+  const Case cases[] = {
+      {{12, 12}, 64, 129, 511},  {{32, 8}, 128, 129, 129}, {{8, 1}, 80, 64, 511},   {{12, 12}, 64, 1, 2048},
+      {{32, 8}, 128, 1, 4096},   {{8, 1}, 64, 7, 4096},    {{12, 12}, 32, 64, 2048}, {{8, 1}, 32, 1000, 1000},
+  };
+  for (const Case& c : cases)
+    for (bool causal : {true, false}) {
+      if (c.nq == 1000 && !causal) continue;  // the reference alone would take seconds
+      Problem pr(c.hc.n_heads, c.hc.n_kv_heads, c.d, c.nq, c.nk - c.nq, unsigned(c.nq + c.nk));
+      check_against_ref(pr, causal, "long", false, 2);
+    }
+}
+
+TEST_CASE("attention: other head_dims and tails are correct too") {
+  for (size_t d : {1, 7, 17, 33, 96})
+    for (auto [nq, nk] : {std::pair<size_t, size_t>{1, 300}, {9, 70}, {65, 65}}) {
+      Problem pr(4, 2, d, nq, nk - nq, unsigned(d));
+      check_against_ref(pr, true, "odd head_dim");
+      check_against_ref(pr, false, "odd head_dim");
+    }
+}
+
+TEST_CASE("attention: decode step by step with the cache equals the full-sequence result") {
+  for (Heads hc : kHeadConfigs) {
+    const size_t d = 64, n = 150;
+    Problem full(hc.n_heads, hc.n_kv_heads, d, n, 0, 5);
+    AttentionParams pf = full.params(true);
+    for (Isa isa : supported_isas()) {
+      if (isa == Isa::ref) continue;  // the ref ISA's fused path is attention_ref itself; its unfused path is slow
+      for (AttentionPath path : {AttentionPath::fused, AttentionPath::unfused}) {
+        AttentionWorkspace ws;
+        attention(isa, pf, ws, 2, path);
+        std::vector<float> step_out(pf.ldo);
+        double worst = 0.0;
+        for (size_t t = 0; t < n; ++t) {  // token t: one query at pos0 = t against the same cache
+          AttentionParams ps = pf;
+          ps.n_queries = 1, ps.pos0 = t, ps.q = full.q.data() + t * pf.ldq, ps.out = step_out.data();
+          attention(isa, ps, ws, 1, path);
+          for (size_t c = 0; c < hc.n_heads * d; ++c)
+            worst = std::max(worst, std::fabs(double(step_out[c]) - full.out[t * pf.ldo + c]));
+        }
+        // Prefill in two chunks (pos0 = 0 then 67) equals the one-shot prefill too.
+        std::vector<float> chunked(full.out.size());
+        for (auto [b, e] : {std::pair<size_t, size_t>{0, 67}, {67, n}}) {
+          AttentionParams pc = pf;
+          pc.n_queries = e - b, pc.pos0 = b, pc.q = full.q.data() + b * pf.ldq, pc.out = chunked.data() + b * pf.ldo;
+          attention(isa, pc, ws, 2, path);
+        }
+        for (size_t t = 0; t < n; ++t)
+          for (size_t c = 0; c < hc.n_heads * d; ++c)
+            worst = std::max(worst, std::fabs(double(chunked[t * pf.ldo + c]) - full.out[t * pf.ldo + c]));
+        CAPTURE(std::string(isa_name(isa)));
+        CAPTURE(std::string(attention_path_name(path)));
+        CAPTURE(hc.n_heads);
+        CHECK(worst <= 2 * tolerance(n));  // two float computations, each within tolerance of the exact value
+      }
+    }
+  }
+}
+
+TEST_CASE("attention: bit-identical for any thread count") {
+  for (auto [nq, nk] : {std::pair<size_t, size_t>{1, 3000}, {200, 700}, {33, 33}}) {
+    Problem pr(8, 2, 64, nq, nk - nq, 9);
+    for (bool causal : {true, false}) {
+      AttentionParams p = pr.params(causal);
+      for (Isa isa : supported_isas()) {
+        if (isa == Isa::ref) continue;  // the reference is single-threaded
+        for (AttentionPath path : {AttentionPath::fused, AttentionPath::unfused}) {
+          AttentionWorkspace ws;
+          attention(isa, p, ws, 1, path);
+          const std::vector<float> one = pr.out;
+          for (int threads : {2, 3, 4}) {
+            attention(isa, p, ws, threads, path);
+            CAPTURE(std::string(isa_name(isa)));
+            CAPTURE(std::string(attention_path_name(path)));
+            CAPTURE(threads);
+            CHECK(std::memcmp(one.data(), pr.out.data(), one.size() * sizeof(float)) == 0);
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("attention: the observer gets the probabilities") {
+  Problem pr(4, 2, 32, 9, 20, 3);
+  AttentionParams p = pr.params(true);
+  AttentionProbs probs, ref_probs;
+  std::vector<float> ref_out(pr.out.size());
+  AttentionParams pref = p;
+  pref.out = ref_out.data(), pref.observe = &ref_probs;
+  attention_ref(pref);
+  p.observe = &probs;
+  AttentionWorkspace ws;
+  for (Isa isa : supported_isas()) {
+    attention(isa, p, ws, 2, AttentionPath::fused);  // the hook forces the unfused path
+    REQUIRE(probs.probs.size() == 4 * 9 * 29);
+    CHECK(probs.n_heads == 4);
+    CHECK(probs.n_queries == 9);
+    CHECK(probs.n_keys == 29);
+    for (size_t i = 0; i < probs.probs.size(); ++i) CHECK(probs.probs[i] == doctest::Approx(ref_probs.probs[i]).epsilon(1e-5));
+    // Causal: query 0 (position 20) sees keys 0..20, key 21.. are exactly 0.
+    for (size_t j = 21; j < 29; ++j) CHECK(probs.probs[j] == 0.0f);
+  }
+}
+
+TEST_CASE("attention: invalid parameters throw sqrtdk::Error naming the field") {
+  Problem pr(4, 2, 32, 3, 5, 3);
+  AttentionWorkspace ws;
+  auto expect = [&](auto mutate, const char* field) {
+    AttentionParams p = pr.params(true);
+    mutate(p);
+    CHECK_THROWS_WITH_AS(attention(Isa::ref, p, ws, 1), doctest::Contains(field), Error);
+  };
+  expect([](AttentionParams& p) { p.n_heads = 0; }, "n_heads");
+  expect([](AttentionParams& p) { p.n_kv_heads = 3; }, "n_kv_heads");
+  expect([](AttentionParams& p) { p.head_dim = 0; }, "head_dim");
+  expect([](AttentionParams& p) { p.scale = 0; }, "scale");
+  expect([](AttentionParams& p) { p.q = nullptr; }, "q is null");
+  expect([](AttentionParams& p) { p.k_cache = nullptr; }, "k_cache");
+  expect([](AttentionParams& p) { p.v_cache = nullptr; }, "v_cache");
+  expect([](AttentionParams& p) { p.out = nullptr; }, "out is null");
+  expect([](AttentionParams& p) { p.ldq = 10; }, "ldq");
+  expect([](AttentionParams& p) { p.ldo = 10; }, "ldo");
+  expect([](AttentionParams& p) { p.cache_stride = 7; }, "cache_stride");
+  const bool env_set = std::getenv("SQRTDK_ATTENTION") != nullptr;
+  if (!env_set) CHECK(default_attention_path() == AttentionPath::automatic);
+}
