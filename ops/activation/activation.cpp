@@ -38,27 +38,30 @@ void check_ptrs(const char* op, size_t n, std::initializer_list<const float*> pt
 
 }  // namespace
 
-void gelu_tanh(Isa isa, float* x, size_t n, int n_threads) {
-  check_ptrs("gelu_tanh", n, {x});
+void gelu_tanh(Isa isa, const float* src, float* dst, size_t n, int n_threads) {
+  check_ptrs("gelu_tanh", n, {src, dst});
   for_chunks(n, n_threads, [&](size_t b, size_t e) {
     switch (isa) {
-      case Isa::avx512: gelu_tanh_avx512(x + b, e - b); break;
-      case Isa::avx2: gelu_tanh_avx2(x + b, e - b); break;
-      case Isa::ref: gelu_tanh_ref(x + b, e - b); break;
+      case Isa::avx512: gelu_tanh_avx512(src + b, dst + b, e - b); break;
+      case Isa::avx2: gelu_tanh_avx2(src + b, dst + b, e - b); break;
+      case Isa::ref: gelu_tanh_ref(src + b, dst + b, e - b); break;
     }
   });
 }
 
-void silu(Isa isa, float* x, size_t n, int n_threads) {
-  check_ptrs("silu", n, {x});
+void silu(Isa isa, const float* src, float* dst, size_t n, int n_threads) {
+  check_ptrs("silu", n, {src, dst});
   for_chunks(n, n_threads, [&](size_t b, size_t e) {
     switch (isa) {
-      case Isa::avx512: silu_avx512(x + b, e - b); break;
-      case Isa::avx2: silu_avx2(x + b, e - b); break;
-      case Isa::ref: silu_ref(x + b, e - b); break;
+      case Isa::avx512: silu_avx512(src + b, dst + b, e - b); break;
+      case Isa::avx2: silu_avx2(src + b, dst + b, e - b); break;
+      case Isa::ref: silu_ref(src + b, dst + b, e - b); break;
     }
   });
 }
+
+void gelu_tanh(Isa isa, float* x, size_t n, int n_threads) { gelu_tanh(isa, x, x, n, n_threads); }
+void silu(Isa isa, float* x, size_t n, int n_threads) { silu(isa, x, x, n, n_threads); }
 
 void swiglu(Isa isa, const float* gate, const float* up, float* dst, size_t n, int n_threads) {
   check_ptrs("swiglu", n, {gate, up, dst});

@@ -1,7 +1,7 @@
 // Elementwise activations and the residual add, on n contiguous floats.
 //
-//   gelu_tanh(x) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))   (GPT-2's "gelu_new"), in place
-//   silu(x)      = x / (1 + exp(-x)), in place
+//   gelu_tanh(x) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))   (GPT-2's "gelu_new"), in place or src -> dst
+//   silu(x)      = x / (1 + exp(-x)), in place or src -> dst
 //   swiglu:      dst[i] = silu(gate[i]) * up[i]                        (Llama FFN; dst may equal gate or up)
 //   add:         dst[i] = a[i] + b[i]                                  (dst may equal a or b)
 //
@@ -23,20 +23,25 @@ namespace sqrtdk::ops {
 
 void gelu_tanh(Isa isa, float* x, size_t n, int n_threads = 1);
 void silu(Isa isa, float* x, size_t n, int n_threads = 1);
+// Out of place (dst may equal src).
+void gelu_tanh(Isa isa, const float* src, float* dst, size_t n, int n_threads = 1);
+void silu(Isa isa, const float* src, float* dst, size_t n, int n_threads = 1);
 void swiglu(Isa isa, const float* gate, const float* up, float* dst, size_t n, int n_threads = 1);
 void add(Isa isa, const float* a, const float* b, float* dst, size_t n, int n_threads = 1);
 
 // Scalar references: each value computed in double, rounded once.
 void gelu_tanh_ref(float* x, size_t n);
 void silu_ref(float* x, size_t n);
+void gelu_tanh_ref(const float* src, float* dst, size_t n);
+void silu_ref(const float* src, float* dst, size_t n);
 void swiglu_ref(const float* gate, const float* up, float* dst, size_t n);
 void add_ref(const float* a, const float* b, float* dst, size_t n);
 
 // Per-ISA kernels (ops/activation/activation_<isa>.cpp): no checks, no threads.
-void gelu_tanh_avx2(float* x, size_t n);
-void gelu_tanh_avx512(float* x, size_t n);
-void silu_avx2(float* x, size_t n);
-void silu_avx512(float* x, size_t n);
+void gelu_tanh_avx2(const float* src, float* dst, size_t n);
+void gelu_tanh_avx512(const float* src, float* dst, size_t n);
+void silu_avx2(const float* src, float* dst, size_t n);
+void silu_avx512(const float* src, float* dst, size_t n);
 void swiglu_avx2(const float* gate, const float* up, float* dst, size_t n);
 void swiglu_avx512(const float* gate, const float* up, float* dst, size_t n);
 void add_avx2(const float* a, const float* b, float* dst, size_t n);

@@ -6,8 +6,10 @@ namespace sqrtdk::ops {
 
 using Archavx2 = xsimd::fma3<xsimd::avx2>;
 
-void gelu_tanh_avx2(float* x, size_t n) { activation_simd::gelu_tanh<Archavx2>(x, n); }
-void silu_avx2(float* x, size_t n) { activation_simd::silu<Archavx2>(x, n); }
+void gelu_tanh_avx2(const float* src, float* dst, size_t n) {
+  activation_simd::gelu_tanh<Archavx2>(src, dst, n);
+}
+void silu_avx2(const float* src, float* dst, size_t n) { activation_simd::silu<Archavx2>(src, dst, n); }
 void swiglu_avx2(const float* gate, const float* up, float* dst, size_t n) {
   activation_simd::swiglu<Archavx2>(gate, up, dst, n);
 }

@@ -13,8 +13,10 @@ namespace sqrtdk::ops {
 
 using Archavx512 = xsimd::avx512bw;
 
-void gelu_tanh_avx512(float* x, size_t n) { activation_simd::gelu_tanh<Archavx512>(x, n); }
-void silu_avx512(float* x, size_t n) { activation_simd::silu<Archavx512>(x, n); }
+void gelu_tanh_avx512(const float* src, float* dst, size_t n) {
+  activation_simd::gelu_tanh<Archavx512>(src, dst, n);
+}
+void silu_avx512(const float* src, float* dst, size_t n) { activation_simd::silu<Archavx512>(src, dst, n); }
 void swiglu_avx512(const float* gate, const float* up, float* dst, size_t n) {
   activation_simd::swiglu<Archavx512>(gate, up, dst, n);
 }

@@ -95,13 +95,13 @@ void map_binary(const float* a, const float* b, float* dst, size_t n, F f) {
 }
 
 template <class Arch>
-void gelu_tanh(float* x, size_t n) {
-  map_unary<Arch>(x, x, n, [](Batch<Arch> v) { return gelu_tanh_batch<Arch>(v); });
+void gelu_tanh(const float* src, float* dst, size_t n) {
+  map_unary<Arch>(src, dst, n, [](Batch<Arch> v) { return gelu_tanh_batch<Arch>(v); });
 }
 
 template <class Arch>
-void silu(float* x, size_t n) {
-  map_unary<Arch>(x, x, n, [](Batch<Arch> v) { return silu_batch<Arch>(v); });
+void silu(const float* src, float* dst, size_t n) {
+  map_unary<Arch>(src, dst, n, [](Batch<Arch> v) { return silu_batch<Arch>(v); });
 }
 
 template <class Arch>

@@ -73,11 +73,16 @@ TEST_CASE("activation: gelu_tanh and silu, every ISA against the reference, ever
         ops::gelu_tanh_ref(want.data(), n);
         ops::gelu_tanh(isa, got.data(), n);
         for (size_t i = 0; i < n; ++i) gelu_err.add(got[i], want[i]);
+        std::vector<float> out_of_place(n);
+        ops::gelu_tanh(isa, x.data(), out_of_place.data(), n);
+        CHECK(out_of_place == got);
         want = x;
         got = x;
         ops::silu_ref(want.data(), n);
         ops::silu(isa, got.data(), n);
         for (size_t i = 0; i < n; ++i) silu_err.add(got[i], want[i]);
+        ops::silu(isa, x.data(), out_of_place.data(), n);
+        CHECK(out_of_place == got);
       }
     }
     CHECK(gelu_err.ok);

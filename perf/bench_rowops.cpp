@@ -1,0 +1,117 @@
+// bench-rowops: the row and elementwise ops around the GEMMs (layer_norm, rms_norm, gelu_tanh, silu, swiglu, add,
+// rope) in GB/s of data touched (reads + writes), against the DRAM read bandwidth measured in the same run.
+//
+// Shapes: decode (1 row of 768: latency-bound, L1), prefill (512 x 768, 1.5 MiB per array: L2/L3) and stream
+// (16384 x 768, 48 MiB per array: DRAM). These ops have no FLOP roof worth quoting; the bandwidth is the roof, and
+// only the stream shape is bounded by DRAM (the others may exceed it: they run from cache). The peer is the scalar
+// ref path of the same op (speedup column); rope takes no thread count (the executor calls it per token block).
+#include "perf/common/bench_util.h"
+
+#include "engine/src/aligned_buffer.h"
+#include "ops/activation/activation.h"
+#include "ops/norm/norm.h"
+#include "ops/rope/rope.h"
+
+#include <cstdio>
+#include <functional>
+#include <map>
+#include <random>
+#include <string>
+
+using namespace sqrtdk;
+using namespace sqrtdk::perf;
+
+namespace {
+
+struct Shape {
+  const char* name;
+  size_t n_rows, d;
+};
+
+void fill(AlignedBuffer<float>& buf, uint32_t seed, float lo, float hi) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  for (size_t i = 0; i < buf.size(); ++i) buf.data()[i] = dist(rng);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  BenchArgs args = BenchArgs::parse(argc, argv, "bench-rowops: norms, activations, residual add and RoPE in GB/s");
+  std::vector<Shape> shapes = {{"decode", 1, 768}, {"prefill", 512, 768}, {"stream", 16384, 768}};
+  if (args.smoke) shapes = {{"decode", 1, 768}, {"prefill", 64, 768}};
+
+  nlohmann::json out = {{"machine", machine_json()}, {"results", nlohmann::json::array()}};
+  Table table({"op", "shape", "threads", "isa", "us", "GB/s", "% DRAM rd", "x ref"});
+  const size_t max_elems = shapes.back().n_rows * shapes.back().d;
+  AlignedBuffer<float> a(max_elems), b(max_elems), c(max_elems), weight(4096), bias(4096);
+  fill(a, 1, -4.0f, 4.0f);
+  fill(b, 2, -4.0f, 4.0f);
+  fill(c, 3, -4.0f, 4.0f);
+  fill(weight, 4, 0.5f, 1.5f);
+  fill(bias, 5, -0.5f, 0.5f);
+  const size_t head_dim = 64;
+  const ops::RopeTable rope_table(16384, head_dim, 10000.0f);
+
+  for (int threads : args.threads) {
+    const double dram_gbs = measure_read_bandwidth_gbs(threads, args.smoke);
+    for (const Shape& s : shapes) {
+      const size_t n = s.n_rows * s.d;
+      const double array_bytes = static_cast<double>(n) * sizeof(float);
+      // op name -> (bytes touched per call, the call for an ISA)
+      struct Op {
+        const char* name;
+        double bytes;
+        bool threaded;
+        std::function<void(Isa)> run;
+      };
+      const std::vector<Op> ops_list = {
+          {"layer_norm", 2 * array_bytes, true,
+           [&](Isa isa) {
+             ops::layer_norm(isa, a.data(), s.n_rows, s.d, s.d, weight.data(), bias.data(), 1e-5f, c.data(), s.d,
+                             threads);
+           }},
+          {"rms_norm", 2 * array_bytes, true,
+           [&](Isa isa) {
+             ops::rms_norm(isa, a.data(), s.n_rows, s.d, s.d, weight.data(), 1e-5f, c.data(), s.d, threads);
+           }},
+          // Out of place from fixed inputs: repeated in-place gelu/silu would shrink values into subnormals
+          // (gelu(x) ~ x/2 near 0), whose microcode assists would be timed instead of the kernel.
+          {"gelu_tanh", 2 * array_bytes, true, [&](Isa isa) { ops::gelu_tanh(isa, a.data(), c.data(), n, threads); }},
+          {"silu", 2 * array_bytes, true, [&](Isa isa) { ops::silu(isa, a.data(), c.data(), n, threads); }},
+          {"swiglu", 3 * array_bytes, true, [&](Isa isa) { ops::swiglu(isa, a.data(), b.data(), c.data(), n, threads); }},
+          {"add", 3 * array_bytes, true, [&](Isa isa) { ops::add(isa, a.data(), b.data(), c.data(), n, threads); }},
+          // Rows of 12 heads x 64 (d = 768), rotate-half, positions 0..n_rows-1.
+          {"rope", 2 * array_bytes, false,
+           [&](Isa isa) {
+             ops::rope(isa, rope_table, ops::RopeLayout::rotate_half, c.data(), s.n_rows, s.d, s.d / head_dim,
+                       head_dim, 0);
+           }},
+      };
+      for (const Op& op : ops_list) {
+        if (!op.threaded && threads != args.threads.front()) continue;
+        std::map<Isa, double> seconds;
+        for (Isa isa : supported_isas()) {
+          fill(c, 3, -4.0f, 4.0f);  // rope (in place, a rotation: magnitudes stay) starts from the same data
+          seconds[isa] = median_seconds([&] { op.run(isa); }, args.reps);
+          const double gbs = op.bytes / seconds[isa] / 1e9;
+          const double vs_ref = seconds[Isa::ref] / seconds[isa];
+          const int shown_threads = op.threaded ? threads : 1;
+          table.add({op.name, std::string(s.name) + " " + std::to_string(s.n_rows) + "x" + std::to_string(s.d),
+                     std::to_string(shown_threads), isa_name(isa), fmt(seconds[isa] * 1e6, 2), fmt(gbs),
+                     fmt(100.0 * gbs / dram_gbs), fmt(vs_ref, 1)});
+          out["results"].push_back({{"op", op.name}, {"shape", s.name}, {"n_rows", s.n_rows}, {"d", s.d},
+                                    {"threads", shown_threads}, {"isa", isa_name(isa)},
+                                    {"seconds", seconds[isa]}, {"gb_per_s", gbs}, {"dram_read_gbs", dram_gbs},
+                                    {"pct_of_dram_read", 100.0 * gbs / dram_gbs}, {"speedup_vs_ref", vs_ref}});
+        }
+      }
+    }
+    if (!args.json) std::printf("DRAM read bandwidth, %d thread(s): %.1f GB/s\n", threads, dram_gbs);
+  }
+  if (args.json)
+    std::printf("%s\n", out.dump(2).c_str());
+  else
+    std::printf("%s", table.str().c_str());
+  return 0;
+}
