@@ -17,7 +17,7 @@ struct ProfileArgs {
   size_t prefill = 128;
   size_t decode = 32;
   std::string trace, roofline;
-  bool json = false, by_layer = false, quiet = false;
+  bool json = false, by_layer = false, quiet = false, recalibrate = false;
   double peak_gflops = 0, dram_gbs = 0;
 };
 
@@ -41,7 +41,8 @@ void run(const ProfileArgs& a) {
     roofs = {model->isa(), session.n_threads(), a.peak_gflops, a.dram_gbs, "given"};
   } else {
     if (!a.quiet) std::fprintf(stderr, "calibrating the machine's roofs (cached after the first run)...\n");
-    roofs = cached_machine_roofs(model->isa(), session.n_threads());
+    roofs = a.recalibrate ? measure_machine_roofs(model->isa(), session.n_threads())
+                          : cached_machine_roofs(model->isa(), session.n_threads());
   }
   const auto tokens = synthetic_tokens(c, a.prefill + a.decode);
   // Warm-up pass (page faults, OpenMP pool start) outside the profile.
@@ -115,6 +116,7 @@ void add_profile_command(CLI::App& app) {
   cmd->add_option("--roofline", a->roofline, "write the roofline picture (SVG) here");
   cmd->add_option("--peak-gflops", a->peak_gflops, "FMA peak to use instead of measuring");
   cmd->add_option("--bandwidth-gbs", a->dram_gbs, "DRAM read bandwidth to use instead of measuring");
+  cmd->add_flag("--recalibrate", a->recalibrate, "measure the roofs now (e.g. the cache was made on a busy machine)");
   cmd->add_flag("--by-layer", a->by_layer, "also print every (layer, op)");
   cmd->add_flag("--json", a->json, "print JSON");
   cmd->add_flag("-q,--quiet", a->quiet, "no progress output");

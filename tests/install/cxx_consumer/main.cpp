@@ -1,8 +1,5 @@
 // Loads a model, runs a prompt, prints the greedy next token: what a service embedding sqrtdk does first.
-#include <sqrtdk/generate.h>
-#include <sqrtdk/model.h>
-#include <sqrtdk/session.h>
-#include <sqrtdk/version.h>
+#include <sqrtdk/sqrtdk.hpp>
 
 #include <algorithm>
 #include <cstdio>

@@ -1,0 +1,12 @@
+// The whole C++ API in one include: Model, Session, generation and sampling, the profiler, errors, ISA choice,
+// the .sqdk format. (The C API is <sqrtdk/sqrtdk.h>.)
+#pragma once
+
+#include <sqrtdk/error.h>
+#include <sqrtdk/format.h>
+#include <sqrtdk/generate.h>
+#include <sqrtdk/isa.h>
+#include <sqrtdk/model.h>
+#include <sqrtdk/profiler.h>
+#include <sqrtdk/session.h>
+#include <sqrtdk/version.h>
