@@ -75,6 +75,30 @@ Vec<Arch> apply_epilogue(Vec<Arch> v, const GemmCall& call, size_t m, size_t n, 
   return v;
 }
 
+// Writes a finished tile (accumulators spilled to `tile` [rows][NR]) to C: adds the partial sums already in C when
+// `accumulate`, applies alpha and the epilogue when `last`, masks the columns past n. Kept out of line so the
+// epilogue's register pressure (exp/tanh) never makes the compiler spill the microkernel's accumulators.
+template <class Arch, int NV>
+__attribute__((noinline)) void store_tile(const float* tile, size_t rows, float* c, size_t ldc, size_t n,
+                                          bool accumulate, const GemmCall* last, size_t m_global, size_t n_global) {
+  using V = Vec<Arch>;
+  constexpr size_t L = V::size, NR = NV * L;
+  const float alpha = last ? last->alpha : 1.0f;
+  for (size_t r = 0; r < rows; ++r) {
+    float* cr = c + r * ldc;
+    for (size_t j = 0; j < NV && j * L < n; ++j) {
+      const size_t count = std::min(L, n - j * L);
+      V v = V::load_aligned(tile + r * NR + j * L);
+      if (accumulate) v += load_n<Arch>(cr + j * L, count);
+      if (last) {
+        if (alpha != 1.0f) v *= V(alpha);
+        v = apply_epilogue<Arch>(v, *last, m_global + r, n_global + j * L, count);
+      }
+      store_n<Arch>(cr + j * L, v, count);
+    }
+  }
+}
+
 // See the contract at the top. `last`: the call whose epilogue to apply (nullptr if not the last K slice);
 // (m_global, n_global): the tile's origin in dst, for the epilogue operands.
 template <class Arch, int MR, int NV>
@@ -83,6 +107,12 @@ void gemm_ukernel(size_t kc, const float* __restrict a, size_t a_step, const flo
   using V = Vec<Arch>;
   constexpr size_t L = V::size, NR = NV * L;
   assert(n >= 1 && n <= NR);
+  // The C tile is touched only after the K loop; its rows are ldc apart (no hardware stream), so ask for them now
+  // and the misses overlap the FMAs instead of stalling the stores.
+#pragma GCC unroll 16
+  for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 8
+    for (int j = 0; j < NV; ++j) __builtin_prefetch(c + r * ldc + j * L, 1);
   V acc[MR][NV];
 #pragma GCC unroll 16
   for (int r = 0; r < MR; ++r)
@@ -99,23 +129,12 @@ void gemm_ukernel(size_t kc, const float* __restrict a, size_t a_step, const flo
       for (int j = 0; j < NV; ++j) acc[r][j] = xsimd::fma(av, bv[j], acc[r][j]);
     }
   }
-  const float alpha = last ? last->alpha : 1.0f;
+  alignas(64) float tile[MR * NR];
 #pragma GCC unroll 16
-  for (int r = 0; r < MR; ++r) {
-    float* cr = c + r * ldc;
+  for (int r = 0; r < MR; ++r)
 #pragma GCC unroll 8
-    for (int j = 0; j < NV; ++j) {
-      if (j * L >= n) break;
-      const size_t count = std::min(L, n - j * L);
-      V v = acc[r][j];
-      if (accumulate) v += load_n<Arch>(cr + j * L, count);
-      if (last) {
-        if (alpha != 1.0f) v *= V(alpha);
-        v = apply_epilogue<Arch>(v, *last, m_global + r, n_global + j * L, count);
-      }
-      store_n<Arch>(cr + j * L, v, count);
-    }
-  }
+    for (int j = 0; j < NV; ++j) acc[r][j].store_aligned(tile + r * NR + j * L);
+  store_tile<Arch, NV>(tile, MR, c, ldc, n, accumulate, last, m_global, n_global);
 }
 
 template <class Arch, int MR, int NV>
@@ -142,8 +161,6 @@ void gemm_decode_panel(size_t K, const float* __restrict a, const float* __restr
     for (int j = 0; j < NV; ++j) acc[u][j] = V(0.0f);
   size_t k = 0;
   for (; k + U <= K; k += U) {
-    // Hardware prefetch follows the linear stream; a software hint 2 KiB ahead keeps enough lines in flight.
-    __builtin_prefetch(b + k * NR + 512);
 #pragma GCC unroll 8
     for (int u = 0; u < U; ++u) {
       const V av(a[k + u]);
@@ -162,15 +179,10 @@ void gemm_decode_panel(size_t K, const float* __restrict a, const float* __restr
     for (int u = 0; u + step < U; u += 2 * step)
 #pragma GCC unroll 8
       for (int j = 0; j < NV; ++j) acc[u][j] += acc[u + step][j];
+  alignas(64) float tile[NR];
 #pragma GCC unroll 8
-  for (int j = 0; j < NV; ++j) {
-    if (j * L >= n) break;
-    const size_t count = std::min(L, n - j * L);
-    V v = acc[0][j];
-    if (call.alpha != 1.0f) v *= V(call.alpha);
-    v = apply_epilogue<Arch>(v, call, 0, n_global + j * L, count);
-    store_n<Arch>(c + j * L, v, count);
-  }
+  for (int j = 0; j < NV; ++j) acc[0][j].store_aligned(tile + j * L);
+  store_tile<Arch, NV>(tile, 1, c, 0, n, false, &call, 0, n_global);
 }
 
 // Packs A rows [0, mc) × columns [0, kc) (row stride lda) into micro-panels of mr rows: panel p at
