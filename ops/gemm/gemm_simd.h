@@ -201,8 +201,10 @@ void pack_a_block(const float* src, size_t lda, size_t mc, size_t kc, size_t mr,
   }
 }
 
-// The five loops (NC is the whole of the thread's column range: the weights are packed once, so there is no B
-// packing loop), for one thread's region of dst.
+// The five loops for one thread's region of dst. The weights are packed once at load, so there is no B packing
+// loop; A is packed once per MC row block for the whole K (one [kc][mr] micro-panel set per K slice), so the
+// NC × KC loops inside can revisit it. Order: ic (MC rows) → jc (NC columns: the MC × NC partial sums stay in L2
+// across the K slices) → pc (KC) → jr (NR: the kc × NR B micro-panel stays in L1) → ir (MR: A streams from L2).
 template <class Arch, int MR, int NV, int DecodeU>
 void gemm_region(const BlockSizes& bs, const GemmCall& call, size_t m0, size_t m1, size_t n0, size_t n1,
                  float* a_pack) {
@@ -217,19 +219,26 @@ void gemm_region(const BlockSizes& bs, const GemmCall& call, size_t m0, size_t m
   }
   const auto& kernels = UkernelTable<Arch, MR, NV>::fns;
   const size_t k_block = gemm_detail::k_slice(bs, call.M, K);
-  for (size_t pc = 0; pc < K; pc += k_block) {
-    const size_t kc = std::min(k_block, K - pc);
-    const GemmCall* last = pc + kc == K ? &call : nullptr;
-    for (size_t ic = m0; ic < m1; ic += bs.mc) {
-      const size_t mc = std::min(bs.mc, m1 - ic);
-      pack_a_block<Arch>(call.src + ic * call.lda + pc, call.lda, mc, kc, MR, a_pack);
-      for (size_t jr = n0; jr < n1; jr += NR) {
-        const float* b = call.panels + jr * K + pc * NR;
-        const size_t n = std::min(NR, n1 - jr);
-        for (size_t ir = 0; ir < mc; ir += MR) {
-          const size_t m = std::min<size_t>(MR, mc - ir);
-          kernels[m - 1](kc, a_pack + ir * kc, MR, b, call.dst + (ic + ir) * call.ldc + jr, call.ldc, n, pc > 0,
-                         last, ic + ir, jr);
+  for (size_t ic = m0; ic < m1; ic += bs.mc) {
+    const size_t mc = std::min(bs.mc, m1 - ic), mc_pad = (mc + MR - 1) / MR * MR;
+    // K slice pc of this row block starts at a_pack + pc·mc_pad.
+    for (size_t pc = 0; pc < K; pc += k_block)
+      pack_a_block<Arch>(call.src + ic * call.lda + pc, call.lda, mc, std::min(k_block, K - pc), MR,
+                         a_pack + pc * mc_pad);
+    for (size_t jc = n0; jc < n1; jc += bs.nc) {
+      const size_t jc_end = std::min(n1, jc + bs.nc);
+      for (size_t pc = 0; pc < K; pc += k_block) {
+        const size_t kc = std::min(k_block, K - pc);
+        const GemmCall* last = pc + kc == K ? &call : nullptr;
+        const float* a_slice = a_pack + pc * mc_pad;
+        for (size_t jr = jc; jr < jc_end; jr += NR) {
+          const float* b = call.panels + jr * K + pc * NR;
+          const size_t n = std::min(NR, jc_end - jr);
+          for (size_t ir = 0; ir < mc; ir += MR) {
+            const size_t m = std::min<size_t>(MR, mc - ir);
+            kernels[m - 1](kc, a_slice + ir * kc, MR, b, call.dst + (ic + ir) * call.ldc + jr, call.ldc, n, pc > 0,
+                           last, ic + ir, jr);
+          }
         }
       }
     }
