@@ -15,6 +15,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 using namespace sqrtdk;
@@ -193,8 +194,9 @@ TEST_CASE("gemm: residual aliasing dst (in-place residual add)") {
 
 TEST_CASE("gemm: results are bit-identical for 1, 2 and 3 threads") {
   for (Isa isa : supported_isas())
-    for (auto [M, N, K] : {std::tuple<size_t, size_t, size_t>{1, 1000, 300}, {4, 333, 64}, {16, 200, 257},
-                           {100, 130, 520}, {200, 64, 40}}) {
+    for (const auto& shape : {std::tuple<size_t, size_t, size_t>{1, 1000, 300}, {4, 333, 64}, {16, 200, 257},
+                              {100, 130, 520}, {200, 64, 40}}) {
+      const size_t M = std::get<0>(shape), N = std::get<1>(shape), K = std::get<2>(shape);
       CAPTURE(isa_name(isa));
       CAPTURE(M);
       CAPTURE(N);
