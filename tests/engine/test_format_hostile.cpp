@@ -115,7 +115,7 @@ TEST_CASE("format hostile: single-bit flips give an error or an identical load")
         ++n_errors;
       }
     }
-    MESSAGE(family << ": " << bits.size() << " bit flips, " << n_errors << " errors, " << n_loaded
+    MESSAGE(std::string(family) << ": " << bits.size() << " bit flips, " << n_errors << " errors, " << n_loaded
                    << " identical loads (flips in padding)");
     CHECK(n_errors + n_loaded == static_cast<int>(bits.size()));
   }
