@@ -53,7 +53,9 @@ TEST_CASE("format hostile: truncation at every header/directory byte and sampled
     const std::string path = dir.file("trunc.sqdk");
     const size_t data_offset = get<uint64_t>(bytes, 96);
     std::vector<size_t> cuts;
-    for (size_t n = 0; n <= data_offset; ++n) cuts.push_back(n);
+    // Every byte for llama; every 3rd for gpt2 (each load costs ~0.2 ms of syscalls in this VM).
+    const size_t step = std::string(family) == "llama" ? 1 : 3;
+    for (size_t n = 0; n <= data_offset; n += step) cuts.push_back(n);
     for (size_t n = data_offset + 1; n < bytes.size(); n += 61) cuts.push_back(n);  // 61: hits every offset mod 64
     cuts.push_back(bytes.size() - 1);
     int n_errors = 0;
@@ -90,7 +92,7 @@ TEST_CASE("format hostile: single-bit flips give an error or an identical load")
     std::vector<size_t> bits;
     for (size_t b = 0; b < 128 * 8; b += exhaustive ? 1 : 7) bits.push_back(b);
     for (size_t byte = 128; byte < dir_end; byte += exhaustive ? 1 : 5) bits.push_back(byte * 8 + rng() % 8);
-    for (int i = 0; i < 500; ++i) bits.push_back(rng() % (bytes.size() * 8));
+    for (int i = 0; i < 300; ++i) bits.push_back(rng() % (bytes.size() * 8));
     int n_loaded = 0, n_errors = 0;
     InPlaceFile file(path);
     file.write_at(0, bytes.data(), bytes.size());
@@ -126,7 +128,7 @@ TEST_CASE("format hostile: random garbage and random byte runs never crash the l
   const std::string path = dir.file("garbage.sqdk");
   std::mt19937_64 rng(5);
   const auto& base = fixture_bytes("llama");
-  for (int i = 0; i < 300; ++i) {
+  for (int i = 0; i < 200; ++i) {
     std::vector<unsigned char> b = base;
     // Overwrite a random run in the header/directory with random bytes, keep magic/version/size valid, re-seal the
     // header checksum so the structural checks behind it are exercised.
