@@ -332,7 +332,9 @@ TEST_CASE("format error: config zero and absurd sizes") {
   const std::pair<size_t, const char*> fields[] = {{20, "d_model"}, {24, "n_layers"}, {28, "n_heads"},
                                                    {32, "n_kv_heads"}, {36, "head_dim"}, {40, "d_ff"},
                                                    {44, "n_vocab"}, {48, "max_seq"}};
-  for (const auto& [at, name] : fields) {
+  for (const auto& field : fields) {
+    const size_t at = field.first;
+    const std::string name = field.second;  // a copy: INFO captures it (clang 14 cannot capture bindings)
     INFO(name);
     expect_config_error("llama", at, 0, {std::string("config: ") + name + " is 0 (expected >= 1)"});
     expect_config_error("llama", at, 0xFFFFFFFFu, {std::string("config: ") + name, "absurd"});
