@@ -484,6 +484,13 @@ def build(cfg):
             "logits_full": "logits_full.npy",
             "logits_full_shape": [len(full), cfg["n_vocab"]],
             "greedy": "greedy.json",
+            "notes": {
+                "logits": "PyTorch prefill of the prompt: row t = logits after tokens[0..t]",
+                "logits_full": "PyTorch over prompt + generated: row t predicts token t + 1; rows n_prompt-1 .. end "
+                               "are what decode steps must give (row n_prompt-1 = last prefill row)",
+                "greedy": "argmax decoding, 32 tokens, no stop token",
+                "hf_dir": "converter input: config.json (HF field names) + model.safetensors (HF names/layouts)",
+            },
         },
         "prompt": prompt,
         "generated": generated,
