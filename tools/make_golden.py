@@ -9,7 +9,7 @@ It rewrites tests/data/golden/<model>/ for every model in MODELS:
   hf/model.safetensors HF tensor names and layouts (GPT-2 Conv1D weights [in, out]), in the dtype of `hf_dtype`
   logits.npy           f32 [n_prompt, n_vocab]: PyTorch's logits at every position of the prompt
   logits_full.npy      f32 [n_prompt + 32, n_vocab]: logits at every position of prompt + greedy continuation
-                       (row t predicts token t + 1, so decode steps can be checked one by one)
+                       (row t predicts token t + 1; decode(generated[i]) after the prompt gives row n_prompt + i)
   greedy.json          {"prompt": [...], "generated": [...]}: 32 greedy tokens after the prompt
   fixture.json         what the files are, the config, the tokens, and the tolerance reasoning with measured figures
 
@@ -486,8 +486,8 @@ def build(cfg):
             "greedy": "greedy.json",
             "notes": {
                 "logits": "PyTorch prefill of the prompt: row t = logits after tokens[0..t]",
-                "logits_full": "PyTorch over prompt + generated: row t predicts token t + 1; rows n_prompt-1 .. end "
-                               "are what decode steps must give (row n_prompt-1 = last prefill row)",
+                "logits_full": "PyTorch over prompt + generated: row t predicts token t + 1; after prefilling the "
+                               "prompt (last row n_prompt-1), decode(generated[i]) must give row n_prompt + i",
                 "greedy": "argmax decoding, 32 tokens, no stop token",
                 "hf_dir": "converter input: config.json (HF field names) + model.safetensors (HF names/layouts)",
             },
