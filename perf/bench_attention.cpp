@@ -124,10 +124,14 @@ int main(int argc, char** argv) {
   BenchArgs args = BenchArgs::parse(
       argc, argv,
       "bench-attention: attention prefill GFLOP/s and decode GB/s, fused vs unfused vs oneDNN (matmul + softmax)\n"
-      "  --max-seq N  skip sequences / caches longer than N");
+      "  --max-seq N  skip sequences / caches longer than N\n  --prefill-only, --decode-only");
   size_t max_seq = std::numeric_limits<size_t>::max();
-  for (size_t i = 0; i + 1 < args.rest.size(); ++i)
-    if (args.rest[i] == "--max-seq") max_seq = std::stoul(args.rest[i + 1]);
+  bool run_prefill = true, run_decode = true;
+  for (size_t i = 0; i < args.rest.size(); ++i) {
+    if (args.rest[i] == "--max-seq" && i + 1 < args.rest.size()) max_seq = std::stoul(args.rest[i + 1]);
+    if (args.rest[i] == "--decode-only") run_prefill = false;
+    if (args.rest[i] == "--prefill-only") run_decode = false;
+  }
   const Isa isa = default_isa();
   nlohmann::json out = {{"machine", machine_json()}, {"isa", isa_name(isa)}, {"prefill", nlohmann::json::array()},
                         {"decode", nlohmann::json::array()}};
@@ -150,6 +154,7 @@ int main(int argc, char** argv) {
     out["dram_read_gbs_" + std::to_string(t)] = bw;
     const int saved_threads = omp_get_max_threads();
     for (const HeadConfig& hc : prefill_configs) {
+      if (!run_prefill) break;
       for (size_t n : seqs) {
         if (n > max_seq) continue;
         for (bool causal : {false, true}) {
@@ -178,6 +183,7 @@ int main(int argc, char** argv) {
       }
     }
     for (const HeadConfig& hc : decode_configs) {
+      if (!run_decode) break;
       for (size_t m : caches) {
         if (m > max_seq) continue;
         Problem pr(hc, 1, m, true);
