@@ -223,25 +223,8 @@ void fused_prefill_item(const AttentionParams& p, const FusedPlan& plan, size_t 
         }
       }
     }
-    // Online softmax, vectorized over rows.
-    for (size_t r = 0; r < Rp; r += W) {
-      V mt(-inf);
-      for (size_t j = 0; j < nk; ++j) mt = xsimd::max(mt, V::load_unaligned(st + j * Rp + r));
-      const V m_old = V::load_unaligned(m + r);
-      const V m_new = xsimd::max(m_old, mt);
-      // A row that has seen only masked keys keeps max -inf: shift by 0 then (exp(-inf) = 0, no NaN).
-      const V shift = xsimd::select(m_new == V(-inf), V(0.0f), m_new);
-      V sum(0.0f);
-      for (size_t j = 0; j < nk; ++j) {
-        const V e = exp_rr2_p5<Arch>(V::load_unaligned(st + j * Rp + r) - shift);
-        e.store_unaligned(st + j * Rp + r);
-        sum += e;
-      }
-      const V a = exp_rr2_p5<Arch>(m_old - shift);  // 0 on the first tile (m_old = -inf)
-      (xsimd::fma(V::load_unaligned(l + r), a, sum)).store_unaligned(l + r);
-      m_new.store_unaligned(m + r);
-      a.store_unaligned(alpha + r);
-    }
+    // Online softmax, vectorized over rows: probabilities in place, running max/sum updated, alpha per row.
+    online_softmax_columns<Arch>(st, nk, Rp, m, l, alpha);
     if (kt > 0) {
       for (size_t r = 0; r < R; ++r) {
         if (alpha[r] == 1.0f) continue;

@@ -5,7 +5,8 @@
 //   load_partial / store_partial  first n < W lanes (masked load/store, never touching memory past n)
 //   exp_rr2_p5                   vectorized exp (contract in softmax.h)
 //   softmax_row                  one row: max, exp + sum, normalize (scale, additive mask, valid length fused)
-//   online_softmax_block         fold a block of one row into an OnlineSoftmaxState
+//   online_softmax_block         fold a block of one row into an OnlineSoftmaxState (decode chunks)
+//   online_softmax_columns       the same for many rows at once, vectorized over rows (fused prefill tiles)
 #pragma once
 
 #include "ops/softmax/softmax.h"
@@ -13,12 +14,16 @@
 // GCC 12.2 warns "__Y may be used uninitialized" inside its own AVX-512 intrinsic headers (_mm512_undefined_ps,
 // GCC PR 105593, fixed in 12.3). The warning takes the pragma state at the header's location, so silence it here,
 // around the first inclusion of the intrinsic headers.
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <immintrin.h>
 #include <xsimd/xsimd.hpp>
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
+#endif
 
 #include <algorithm>
 #include <cassert>
@@ -246,6 +251,34 @@ inline float online_softmax_block(OnlineSoftmaxState& state, float* scores, size
   state.sum = state.sum * factor + xsimd::hadd(s);
   state.max = new_max;
   return factor;
+}
+
+// The online softmax of fused attention, vectorized over rows: scores are stored transposed, s[j*ld + r] = score of
+// key j for row r (j < n_keys, r < n_rows, n_rows a multiple of W). For each row: new max m' = max(m, max_j s),
+// s <- exp(s - m'), l <- l*exp(m - m') + sum_j s, m <- m', alpha[r] = exp(m - m') (the factor for the row's
+// accumulator; 0 on the first block). A row that has seen only -inf keeps m = -inf, l = 0 and gets zeros, no NaN.
+template <class Arch>
+inline void online_softmax_columns(float* s, size_t n_keys, size_t ld, float* m, float* l, float* alpha) {
+  using B = Batch<Arch>;
+  constexpr size_t W = B::size;
+  const float inf = std::numeric_limits<float>::infinity();
+  for (size_t r = 0; r < ld; r += W) {
+    B mt(-inf);
+    for (size_t j = 0; j < n_keys; ++j) mt = xsimd::max(mt, B::load_unaligned(s + j * ld + r));
+    const B m_old = B::load_unaligned(m + r);
+    const B m_new = xsimd::max(m_old, mt);
+    const B shift = xsimd::select(m_new == B(-inf), B(0.0f), m_new);
+    B sum(0.0f);
+    for (size_t j = 0; j < n_keys; ++j) {
+      const B e = exp_rr2_p5<Arch>(B::load_unaligned(s + j * ld + r) - shift);
+      e.store_unaligned(s + j * ld + r);
+      sum += e;
+    }
+    const B a = exp_rr2_p5<Arch>(m_old - shift);
+    xsimd::fma(B::load_unaligned(l + r), a, sum).store_unaligned(l + r);
+    m_new.store_unaligned(m + r);
+    a.store_unaligned(alpha + r);
+  }
 }
 
 }  // namespace sqrtdk::ops::simd
