@@ -19,6 +19,8 @@
 #include <fstream>
 
 using namespace sqrtdk;
+using sqrtdk::test::NpyF32;
+using sqrtdk::test::read_npy_f32;
 namespace fs = std::filesystem;
 
 namespace {
@@ -67,7 +69,8 @@ TEST_CASE("golden: prefill logits match PyTorch on every fixture, every ISA, 1 a
     REQUIRE(f.json["files"]["sqdk"].is_string());
     const NpyF32 want = read_npy_f32((f.dir / f.json["files"]["logits"].get<std::string>()).string());
     for (Isa isa : supported_isas()) {
-      CAPTURE(isa_name(isa));
+      const std::string isa_str = isa_name(isa);
+      CAPTURE(isa_str);
       ModelOptions mo;
       mo.isa = static_cast<int>(isa);
       auto model = Model::load(f.sqdk(), mo);
@@ -77,7 +80,7 @@ TEST_CASE("golden: prefill logits match PyTorch on every fixture, every ISA, 1 a
       Session s1(model, one), s2(model, two);
       auto got = s1.prefill(f.prompt, true);
       const double err = max_abs_diff(got, want.data);
-      MESSAGE(f.name << " " << isa_name(isa) << ": max |logit error| " << err << " (bound " << f.tolerance << ")");
+      MESSAGE(f.name << " " << isa_str << ": max |logit error| " << err << " (bound " << f.tolerance << ")");
       CHECK(err <= f.tolerance);
       const std::vector<float> copy(got.begin(), got.end());
       auto got2 = s2.prefill(f.prompt, true);
