@@ -318,7 +318,7 @@ TEST_CASE("serve: errors: 400 with a JSON message, 404, 413 for a body over --ma
   CHECK(metric_value(m, "sqrtdk_requests_total{code=\"413\"}") == 1);
 }
 
-TEST_CASE("serve: overload answers 503 with Retry-After at once; queued requests are served") {
+TEST_CASE("serve: overload answers 503 with Retry-After at once, queued requests are served") {
   // One session, a queue of one, 20 ms per token: a 40-token request holds the session for about 0.8 s.
   ServerProcess server({"--sessions", "1", "--queue", "1", "--delay-ms", "20"});
   const json slow = {{"prompt", "a"}, {"max_tokens", 40}, {"temperature", 0}};
@@ -386,7 +386,7 @@ TEST_CASE("serve: a client disconnecting mid-stream frees its session") {
   CHECK(post(cli, {{"prompt", "b"}, {"max_tokens", 3}}, 200)["tokens"].size() <= 3);
 }
 
-TEST_CASE("serve: slow clients time out and do not block the others; many connections") {
+TEST_CASE("serve: slow clients time out and do not block the others, many connections") {
   ServerProcess server({"--timeout", "1"});
   // A client that sends half a request line and stalls is closed after the read timeout.
   const int slow = sqrtdk::serve_test::connect_loopback(server.port());
