@@ -53,7 +53,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(size_t{64}, size_t{1} << 30))->capture_default_str();
   app.add_option("--timeout", o.timeout_seconds, "socket read/write timeout in seconds (slow clients)")
       ->check(CLI::Range(1, 3600))->capture_default_str();
-  app.add_option("--http-threads", o.http_threads, "connection threads; 0 = max(64, sessions + queue + 16)")
+  app.add_option("--http-threads", o.http_threads, "connection threads; 0 = max(256, sessions + queue + 16)")
       ->capture_default_str();
   app.add_option("--delay-ms", o.token_delay_ms, "sleep per generated token: simulates a slower model (tests)")
       ->check(CLI::Range(0, 10000))->group("Testing");

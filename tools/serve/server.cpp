@@ -394,7 +394,7 @@ class ServerImpl {
  private:
   void setup_routes() {
     const size_t http_threads =
-        options_.http_threads ? options_.http_threads : std::max<size_t>(64, options_.sessions + options_.queue + 16);
+        options_.http_threads ? options_.http_threads : std::max<size_t>(256, options_.sessions + options_.queue + 16);
     http_.new_task_queue = [http_threads] { return new httplib::ThreadPool(http_threads); };
     http_.set_payload_max_length(options_.max_body);
     http_.set_read_timeout(options_.timeout_seconds, 0);

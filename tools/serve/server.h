@@ -28,7 +28,7 @@ struct ServerOptions {
   size_t max_context = 0;            // per-session context; 0: the model's max_seq
   size_t max_body = 1 << 20;         // request body bytes at most (413 past it)
   int timeout_seconds = 10;          // socket read/write timeout (slow clients)
-  size_t http_threads = 0;           // connection threads; 0: max(64, sessions + queue + 16)
+  size_t http_threads = 0;           // connection threads; 0: max(256, sessions + queue + 16)
   int token_delay_ms = 0;            // sleep after each generated token: simulates a slower model (tests, demos)
 };
 
