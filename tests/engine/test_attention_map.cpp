@@ -71,7 +71,9 @@ TEST_CASE("attention map: captured probabilities are causal softmax rows (every 
       CAPTURE(isa_name(isa));
       ModelOptions mo;
       mo.isa = static_cast<int>(isa);
-      Session session(Model::load(path, mo));
+      SessionOptions so;
+      so.n_threads = 1;  // tiny shapes: threads would only add OpenMP overhead (thread counts: test_session)
+      Session session(Model::load(path, mo), so);
       const auto tokens = map_tokens(21, config.n_vocab);
       for (int layer = 0; layer < static_cast<int>(config.n_layers); ++layer) {
         const AttentionMap map = capture_attention_map(session, tokens, layer);
@@ -125,7 +127,9 @@ TEST_CASE("attention map: a larger scale makes rows sharper (lower mean entropy)
   const ModelConfig config = test::toy_llama_config();
   const std::string path = dir.file("m.sqdk");
   test::write_toy_model(path, config, 3);
-  Session session(Model::load(path));
+  SessionOptions so;
+  so.n_threads = 1;
+  Session session(Model::load(path), so);
   const auto tokens = map_tokens(24, config.n_vocab);
   const AttentionMap base = capture_attention_map(session, tokens, 0);
   const AttentionMap sharp = capture_attention_map(session, tokens, 0, 10.0f);  // 40x the default 1/4
