@@ -2,10 +2,11 @@
 // Tile 6 × 64 (BLIS's Zen 4 sgemm shape, transposed): 24 zmm accumulators + 4 B vectors + 1 broadcast = 29 of the
 // 32 zmm registers; per k step 4 vector loads and 6 broadcasts feed 24 FMAs (12 cycles at 2 FMA/cycle). 64
 // columns divide every N of the model shapes (768, 2048, 3072, 32000). Decode: 2 k-interleaved sets × 4 = 8 chains.
-// GCC 12 reports -Wmaybe-uninitialized inside its own avx512fintrin.h (_mm512_undefined_ps passed through
+// GCC 12 reports -W(maybe-)uninitialized inside its own avx512fintrin.h (_mm512_undefined_ps passed through
 // xsimd::exp/tanh when inlined): a known false positive (GCC bug 105593), silenced for this TU only.
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
 #include "ops/gemm/gemm_simd.h"
 
