@@ -16,5 +16,8 @@ enum ExitCode { kOk = 0, kUsage = 1, kBadInput = 2, kRuntime = 3 };
 // The bundled default model (built by the build from a fixed seed until a trained model ships).
 std::string default_model_path();
 
+void add_inspect_command(CLI::App& app);   // tools/cli/cmd_inspect.cpp
+void add_make_toy_command(CLI::App& app);  // tools/cli/cmd_make_toy.cpp
+
 
 }  // namespace sqrtdk::cli

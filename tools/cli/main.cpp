@@ -25,6 +25,8 @@ int main(int argc, char** argv) {
   CLI::App app{"sqrtdk: a SIMD CPU inference engine for small transformers.\n"
                "Exit codes: 0 ok, 1 usage error, 2 bad input file, 3 runtime error."};
   app.require_subcommand(1);
+  add_inspect_command(app);
+  add_make_toy_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

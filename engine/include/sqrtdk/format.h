@@ -63,7 +63,10 @@ struct TensorInfo {
 };
 
 struct LoadOptions {
-  bool verify_checksums = true;  // CRC-32 of each tensor; false skips it (faster load of trusted files)
+  bool verify_checksums = true;  // header and per-tensor CRC-32; false skips them (faster load of trusted files)
+  bool check_finite = false;     // refuse tensors holding NaN or Inf (the error names the tensor)
+  uint64_t max_bytes = 0;        // refuse files larger than this many bytes; 0 = no cap
+  int n_threads = 0;             // threads for checksum/finite scans; 0 = resolve_threads() default
 };
 
 class WeightFile {
@@ -88,6 +91,8 @@ class WeightFile {
   const void* data(const TensorInfo& tensor) const;
   // Converts the tensor to f32 into dst (n_elements() floats); f16 and bf16 are widened.
   void read_f32(const TensorInfo& tensor, float* dst) const;
+  // Elements of the tensor that are NaN or +-Inf (for `sqrtdk inspect --check`).
+  uint64_t count_nonfinite(const TensorInfo& tensor) const;
 
  private:
   WeightFile() = default;
@@ -96,12 +101,15 @@ class WeightFile {
   std::vector<TensorInfo> tensors_;
   uint64_t file_size_ = 0;
   bool checksums_verified_ = false;
-  const unsigned char* map_ = nullptr;
+  std::vector<uint32_t> by_name_;  // indices into tensors_ sorted by name (for find)
+  const unsigned char* map_ = nullptr;  // PROT_READ mapping of file_size_ bytes; never written
 };
 
 // Writes a .sqdk file (the C++ reference writer; byte-identical to tools/sqdk.py for the same content).
+// Tensors are stored in the given order. The content is validated first with the loader's rules (config, names,
+// shapes, the family's tensor set), so the writer never produces a file the loader refuses.
 // Writes to a temporary file beside `path`, fsyncs, then renames, so a killed writer never leaves a partial file
-// under the final name.
+// under the final name. Throws sqrtdk::Error (naming the path) on invalid content or an I/O failure.
 struct TensorToWrite {
   std::string name;
   DType dtype = DType::f32;
@@ -110,8 +118,10 @@ struct TensorToWrite {
 };
 void write_weight_file(const std::string& path, const ModelConfig& config, const std::vector<TensorToWrite>& tensors);
 
-// CRC-32 (ISO-HDLC; the same value as Python's zlib.crc32).
+// CRC-32 (ISO-HDLC; the same value as Python's zlib.crc32(data, crc)). Uses PCLMULQDQ folding when the CPU has it,
+// else a slicing-by-8 table; crc32_table() is the portable path alone (for tests and benchmarks).
 uint32_t crc32(const void* data, size_t size, uint32_t crc = 0);
+uint32_t crc32_table(const void* data, size_t size, uint32_t crc = 0);
 
 // f16/bf16 <-> f32 conversions (round to nearest even when narrowing).
 float f16_to_f32(uint16_t h);

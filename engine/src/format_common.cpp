@@ -1,0 +1,293 @@
+// .sqdk pieces shared by reader, writer and tools: enum names, config validation, tensor info helpers,
+// f16/bf16 conversions, name rules, header encoding and the family tensor-set check (spec: engine/FORMAT.md).
+#include <sqrtdk/error.h>
+#include <sqrtdk/format.h>
+
+#include "engine/src/format_internal.h"
+#include "models/tensor_names.h"
+
+#include <cmath>
+#include <cstdio>
+#include <unordered_map>
+
+namespace sqrtdk {
+
+using namespace format_detail;
+
+const char* arch_name(Arch arch) {
+  switch (arch) {
+    case Arch::gpt2: return "gpt2";
+    case Arch::llama: return "llama";
+  }
+  return "unknown";
+}
+
+Arch parse_arch(std::string_view name) {
+  if (name == "gpt2") return Arch::gpt2;
+  if (name == "llama") return Arch::llama;
+  throw Error("unknown architecture '" + quote_name(name) + "' (expected gpt2 or llama)");
+}
+
+const char* dtype_name(DType dtype) {
+  switch (dtype) {
+    case DType::f32: return "f32";
+    case DType::f16: return "f16";
+    case DType::bf16: return "bf16";
+  }
+  return "unknown";
+}
+
+DType parse_dtype(std::string_view name) {
+  if (name == "f32") return DType::f32;
+  if (name == "f16") return DType::f16;
+  if (name == "bf16") return DType::bf16;
+  throw Error("unknown dtype '" + quote_name(name) + "' (expected f32, f16 or bf16)");
+}
+
+size_t dtype_size(DType dtype) { return dtype == DType::f32 ? 4 : 2; }
+
+void ModelConfig::validate(const std::string& where) const {
+  const std::string w = where + ": config: ";
+  auto fail = [&](const std::string& what) { throw Error(w + what); };
+  if (arch != Arch::gpt2 && arch != Arch::llama)
+    fail("unknown arch " + std::to_string(static_cast<uint32_t>(arch)) + " (expected 0 = gpt2 or 1 = llama)");
+  const std::pair<const char*, uint32_t> widths[] = {{"d_model", d_model}, {"n_heads", n_heads},
+                                                     {"n_kv_heads", n_kv_heads}, {"head_dim", head_dim},
+                                                     {"d_ff", d_ff}, {"n_vocab", n_vocab}, {"max_seq", max_seq}};
+  for (const auto& [name, value] : widths) {
+    if (value == 0) fail(std::string(name) + " is 0 (expected >= 1)");
+    if (value > kMaxWidth)
+      fail(std::string(name) + " " + std::to_string(value) + " is absurd (expected <= " + std::to_string(kMaxWidth) +
+           ")");
+  }
+  if (n_layers == 0) fail("n_layers is 0 (expected >= 1)");
+  if (n_layers > kMaxLayers)
+    fail("n_layers " + std::to_string(n_layers) + " is absurd (expected <= " + std::to_string(kMaxLayers) + ")");
+  if (uint64_t{n_heads} * head_dim > kMaxWidth)
+    fail("n_heads " + std::to_string(n_heads) + " x head_dim " + std::to_string(head_dim) + " is absurd (expected <= " +
+         std::to_string(kMaxWidth) + ")");
+  if (n_heads % n_kv_heads != 0)
+    fail("n_kv_heads " + std::to_string(n_kv_heads) + " does not divide n_heads " + std::to_string(n_heads));
+  if (arch == Arch::gpt2) {
+    if (uint64_t{n_heads} * head_dim != d_model)
+      fail("d_model " + std::to_string(d_model) + " is not n_heads " + std::to_string(n_heads) + " x head_dim " +
+           std::to_string(head_dim) + " (gpt2 needs them equal)");
+    if (n_kv_heads != n_heads)
+      fail("n_kv_heads " + std::to_string(n_kv_heads) + " differs from n_heads " + std::to_string(n_heads) +
+           " (gpt2 has no grouped-query attention)");
+    if (rope_interleaved) fail("the interleaved-RoPE flag is set but gpt2 has no RoPE");
+    if (!std::isfinite(rope_theta)) fail("rope_theta is not finite");
+  } else if (!(std::isfinite(rope_theta) && rope_theta > 0)) {
+    fail("rope_theta " + std::to_string(rope_theta) + " (expected finite and > 0 for llama)");
+  }
+  if (!(std::isfinite(norm_eps) && norm_eps > 0 && norm_eps < 1))
+    fail("norm_eps " + std::to_string(norm_eps) + " (expected finite, > 0 and < 1)");
+  if (tokenizer != TokenizerKind::none && tokenizer != TokenizerKind::byte_level)
+    fail("unknown tokenizer " + std::to_string(static_cast<uint32_t>(tokenizer)) +
+         " (expected 0 = none or 1 = byte_level)");
+  if (tokenizer == TokenizerKind::byte_level && n_vocab < 256)
+    fail("n_vocab " + std::to_string(n_vocab) + " is too small for the byte-level tokenizer (expected >= 256)");
+  for (const auto& [name, id] : {std::pair<const char*, uint32_t>{"bos_id", bos_id}, {"eos_id", eos_id}}) {
+    if (id == kNoToken) continue;
+    if (id >= n_vocab)
+      fail(std::string(name) + " " + std::to_string(id) + " is outside the vocabulary (expected < n_vocab " +
+           std::to_string(n_vocab) + " or 0xFFFFFFFF for none)");
+    if (tokenizer == TokenizerKind::byte_level && id < 256)
+      fail(std::string(name) + " " + std::to_string(id) +
+           " is a byte id (the byte-level tokenizer needs special tokens >= 256)");
+  }
+}
+
+uint64_t ModelConfig::n_params() const {
+  uint64_t total = 0;
+  for (const auto& spec : family_tensors(*this)) {
+    uint64_t n = 1;
+    for (uint64_t d : spec.shape) n *= d;
+    total += n;
+  }
+  return total;
+}
+
+uint64_t TensorInfo::n_elements() const {
+  uint64_t n = 1;
+  for (uint64_t d : shape) n *= d;  // the loader checked that this does not overflow
+  return n;
+}
+
+std::string TensorInfo::shape_string() const {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (i) s += ", ";
+    s += std::to_string(shape[i]);
+  }
+  return s + "]";
+}
+
+// ---- f16 / bf16 ----
+
+float f16_to_f32(uint16_t h) {
+  const uint32_t sign = uint32_t{h & 0x8000u} << 16;
+  const uint32_t exp = (h >> 10) & 0x1F, mant = h & 0x3FF;
+  uint32_t bits;
+  if (exp == 0) {
+    const float v = std::ldexp(static_cast<float>(mant), -24);  // zero or subnormal: exact
+    return sign ? -v : v;
+  } else if (exp == 31) {
+    bits = sign | 0x7F800000u | (mant << 13);
+  } else {
+    bits = sign | ((exp + 112) << 23) | (mant << 13);
+  }
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+uint16_t f32_to_f16(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  const uint16_t sign = static_cast<uint16_t>((x >> 16) & 0x8000u);
+  x &= 0x7FFFFFFFu;
+  if (x > 0x7F800000u) return sign | 0x7E00 | static_cast<uint16_t>((x >> 13) & 0x3FF);  // NaN stays quiet NaN
+  if (x >= 0x47800000u) return sign | 0x7C00;                                         // >= 65536 (and Inf): Inf
+  if (x < 0x38800000u) {  // below 2^-14: f16 subnormal or zero; |f| * 2^24 rounded to nearest even
+    float a;
+    std::memcpy(&a, &x, 4);
+    return sign | static_cast<uint16_t>(std::nearbyint(a * 16777216.0f));
+  }
+  uint32_t h = (((x >> 23) - 112) << 10) | ((x & 0x7FFFFFu) >> 13);
+  const uint32_t rest = x & 0x1FFF;
+  if (rest > 0x1000 || (rest == 0x1000 && (h & 1))) ++h;  // round to nearest even; may carry into Inf
+  return sign | static_cast<uint16_t>(h);
+}
+
+float bf16_to_f32(uint16_t h) {
+  const uint32_t bits = uint32_t{h} << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+uint16_t f32_to_bf16(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  if ((x & 0x7FFFFFFFu) > 0x7F800000u) return static_cast<uint16_t>((x >> 16) | 0x0040);  // quiet NaN
+  return static_cast<uint16_t>((x + 0x7FFFu + ((x >> 16) & 1)) >> 16);                     // nearest even
+}
+
+namespace format_detail {
+
+std::string quote_name(std::string_view name) {
+  constexpr size_t kShown = 80;
+  std::string out;
+  for (size_t i = 0; i < name.size() && i < kShown; ++i) {
+    const unsigned char c = static_cast<unsigned char>(name[i]);
+    if (c >= 0x20 && c < 0x7F && c != '\\' && c != '\'') {
+      out += static_cast<char>(c);
+    } else {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02X", c);
+      out += buf;
+    }
+  }
+  if (name.size() > kShown) out += "...(" + std::to_string(name.size()) + " bytes)";
+  return out;
+}
+
+std::string name_problem(std::string_view name) {
+  if (name.empty()) return "empty name (expected 1.." + std::to_string(kMaxNameLen) + " bytes)";
+  if (name.size() > kMaxNameLen)
+    return "name of " + std::to_string(name.size()) + " bytes is too long (expected 1.." +
+           std::to_string(kMaxNameLen) + ")";
+  const auto* s = reinterpret_cast<const unsigned char*>(name.data());
+  const size_t n = name.size();
+  for (size_t i = 0; i < n;) {
+    const unsigned char c = s[i];
+    if (c < 0x80) {
+      if (c < 0x20 || c == 0x7F) return "name has a control character at byte " + std::to_string(i);
+      ++i;
+      continue;
+    }
+    // Strict UTF-8 (RFC 3629): no overlong forms, no surrogates, nothing above U+10FFFF.
+    size_t len;
+    uint32_t cp, min;
+    if (c >= 0xC2 && c <= 0xDF) len = 2, cp = c & 0x1F, min = 0x80;
+    else if (c >= 0xE0 && c <= 0xEF) len = 3, cp = c & 0x0F, min = 0x800;
+    else if (c >= 0xF0 && c <= 0xF4) len = 4, cp = c & 0x07, min = 0x10000;
+    else return "name is not valid UTF-8 (byte " + std::to_string(i) + ")";
+    if (n - i < len) return "name is not valid UTF-8 (truncated sequence at byte " + std::to_string(i) + ")";
+    for (size_t k = 1; k < len; ++k) {
+      if ((s[i + k] & 0xC0) != 0x80) return "name is not valid UTF-8 (byte " + std::to_string(i + k) + ")";
+      cp = (cp << 6) | (s[i + k] & 0x3F);
+    }
+    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
+      return "name is not valid UTF-8 (overlong, surrogate or out-of-range sequence at byte " + std::to_string(i) +
+             ")";
+    i += len;
+  }
+  return {};
+}
+
+void encode_header(const ModelConfig& c, uint32_t n_tensors, uint64_t directory_size, uint64_t data_offset,
+                   uint64_t file_size, unsigned char out[kHeaderSize]) {
+  std::memset(out, 0, kHeaderSize);
+  auto put32 = [&](size_t at, uint32_t v) { std::memcpy(out + at, &v, 4); };
+  auto put64 = [&](size_t at, uint64_t v) { std::memcpy(out + at, &v, 8); };
+  auto putf = [&](size_t at, float v) { std::memcpy(out + at, &v, 4); };
+  std::memcpy(out, kMagic, 4);
+  put32(4, kVersion);
+  put64(8, file_size);
+  put32(16, static_cast<uint32_t>(c.arch));
+  put32(20, c.d_model);
+  put32(24, c.n_layers);
+  put32(28, c.n_heads);
+  put32(32, c.n_kv_heads);
+  put32(36, c.head_dim);
+  put32(40, c.d_ff);
+  put32(44, c.n_vocab);
+  put32(48, c.max_seq);
+  putf(52, c.norm_eps);
+  putf(56, c.rope_theta);
+  put32(60, (c.tied_embeddings ? 1u : 0u) | (c.rope_interleaved ? 2u : 0u));
+  put32(64, static_cast<uint32_t>(c.tokenizer));
+  put32(68, c.bos_id);
+  put32(72, c.eos_id);
+  put32(76, n_tensors);
+  put64(80, kHeaderSize);
+  put64(88, directory_size);
+  put64(96, data_offset);
+}
+
+void check_family_tensors(const ModelConfig& config, const std::vector<TensorInfo>& tensors,
+                          const std::string& where) {
+  auto shape_str = [](const std::vector<uint64_t>& shape) {
+    TensorInfo t;
+    t.shape = shape;
+    return t.shape_string();
+  };
+  const std::vector<TensorSpec> specs = family_tensors(config);
+  std::unordered_map<std::string_view, const TensorSpec*> by_name;
+  by_name.reserve(specs.size());
+  for (const auto& s : specs) by_name.emplace(s.name, &s);
+  for (const auto& t : tensors) {
+    const auto it = by_name.find(t.name);
+    if (it == by_name.end())
+      throw Error(where + ": tensor '" + quote_name(t.name) + "': not part of the " + arch_name(config.arch) +
+                  (config.tied_embeddings && t.name == "lm_head.weight" ? " family with tied embeddings"
+                                                                        : " family") +
+                  " (expected only the tensors FORMAT.md lists for this config)");
+    if (t.shape != it->second->shape)
+      throw Error(where + ": tensor '" + quote_name(t.name) + "': shape " + t.shape_string() + " (expected " +
+                  shape_str(it->second->shape) + " for this " + arch_name(config.arch) + " config)");
+  }
+  if (tensors.size() != specs.size()) {  // names are unique and each is in the family, so some are missing
+    std::unordered_map<std::string_view, bool> present;
+    for (const auto& t : tensors) present.emplace(t.name, true);
+    for (const auto& s : specs)
+      if (!present.count(s.name))
+        throw Error(where + ": tensor '" + s.name + "': missing (the " + arch_name(config.arch) +
+                    " family needs it with shape " + shape_str(s.shape) + ")");
+  }
+}
+
+}  // namespace format_detail
+}  // namespace sqrtdk

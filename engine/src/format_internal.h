@@ -1,0 +1,81 @@
+// Internals shared by the .sqdk reader and writer (engine/FORMAT.md is the spec): header layout, name rules,
+// the family tensor-set check, CRC combining. Not a public header.
+#pragma once
+
+#include <sqrtdk/format.h>
+
+#include <bit>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace sqrtdk::format_detail {
+
+static_assert(std::endian::native == std::endian::little, "the .sqdk reader maps little-endian data in place");
+
+inline constexpr unsigned char kMagic[4] = {'S', 'Q', 'D', 'K'};
+inline constexpr uint32_t kVersion = 1;
+inline constexpr uint64_t kHeaderSize = 128;
+inline constexpr uint64_t kAlignment = 64;
+inline constexpr uint64_t kHeaderCrcOffset = 104;  // header_crc32 covers bytes [0, 104) and the directory
+inline constexpr uint64_t kReservedOffset = 108;   // 20 zero bytes up to 128
+inline constexpr size_t kMaxNameLen = 255;
+inline constexpr unsigned kMaxDims = 4;
+// Smallest directory entry: name_len(2) + 1-byte name + dtype(1) + n_dims(1) + one dim(8) + offset(8) + size(8)
+// + crc32(4). Bounds n_tensors before anything is allocated.
+inline constexpr uint64_t kMinEntrySize = 2 + 1 + 1 + 1 + 8 + 8 + 8 + 4;
+// Sanity caps on config values (FORMAT.md): keep every derived size and tensor count far from overflow.
+inline constexpr uint32_t kMaxWidth = 1u << 24;
+inline constexpr uint32_t kMaxLayers = 4096;
+
+inline uint16_t load_u16(const unsigned char* p) {
+  uint16_t v;
+  std::memcpy(&v, p, 2);
+  return v;
+}
+inline uint32_t load_u32(const unsigned char* p) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+inline uint64_t load_u64(const unsigned char* p) {
+  uint64_t v;
+  std::memcpy(&v, p, 8);
+  return v;
+}
+inline float load_f32(const unsigned char* p) {
+  float v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+// The name as printable text for messages: bytes outside printable ASCII become \xNN, and long names are cut, so an
+// error stays on one line and a hostile name cannot send terminal escapes.
+std::string quote_name(std::string_view name);
+// Empty if `name` is a valid tensor name (1..255 bytes of strict UTF-8, no control characters), else the reason.
+std::string name_problem(std::string_view name);
+// Size in bytes of the 64-aligned value at or above v; false on overflow.
+inline bool align_up(uint64_t v, uint64_t& out) {
+  if (v > UINT64_MAX - (kAlignment - 1)) return false;
+  out = (v + kAlignment - 1) / kAlignment * kAlignment;
+  return true;
+}
+
+// Encodes the 128-byte header (header_crc32 left 0: the caller computes it over header + directory).
+void encode_header(const ModelConfig& config, uint32_t n_tensors, uint64_t directory_size, uint64_t data_offset,
+                   uint64_t file_size, unsigned char out[kHeaderSize]);
+
+// Checks that `tensors` is exactly the tensor set of config's family with the shapes it implies; throws
+// sqrtdk::Error "<where>: tensor '<name>': ..." naming the first missing, unexpected or misshapen tensor.
+void check_family_tensors(const ModelConfig& config, const std::vector<TensorInfo>& tensors, const std::string& where);
+
+// CRC of the concatenation A||B from crc(A), crc(B) and len(B) (zlib's crc32_combine).
+uint32_t crc32_combine(uint32_t crc1, uint32_t crc2, uint64_t len2);
+
+}  // namespace sqrtdk::format_detail
+
+namespace sqrtdk {
+using format_detail::crc32_combine;
+}

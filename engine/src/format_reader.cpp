@@ -1,0 +1,330 @@
+// The .sqdk loader: maps the file read-only and validates everything before anyone sees a byte of it
+// (spec and list of checks: engine/FORMAT.md).
+//
+// Nothing in the file is trusted. Every size, offset and shape product is computed with overflow checks before it
+// is used; the directory is parsed with a bounds-checked cursor; nothing is allocated from a file-supplied count
+// before that count is bounded by the bytes that would hold it. Every failure throws sqrtdk::Error
+// "<path>: <header|config|tensor 'name'>: <what> (expected ...)", one line. The mapping is PROT_READ and private:
+// a loaded model never writes its file. Checksum and finite scans run on LoadOptions::n_threads threads over 4 MiB
+// pieces (the per-tensor CRC is joined with crc32_combine), so the result does not depend on the thread count.
+// Known limit: a file truncated by another process *after* it is mapped raises SIGBUS on access (as with any mmap).
+#include <sqrtdk/error.h>
+#include <sqrtdk/format.h>
+
+#include "engine/src/format_internal.h"
+#include "engine/src/threading.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <unordered_set>
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace sqrtdk {
+
+using namespace format_detail;
+
+namespace {
+
+std::string hex32(uint32_t v) {
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "0x%08X", v);
+  return buf;
+}
+
+std::string u64s(uint64_t v) { return std::to_string(v); }
+
+struct Fd {
+  int fd = -1;
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+// A piece of one tensor's data for the parallel scans.
+struct Piece {
+  uint32_t tensor;
+  uint64_t offset, size;  // absolute file offset, bytes
+  uint64_t result = 0;    // CRC-32 or non-finite count
+};
+
+std::vector<Piece> make_pieces(const std::vector<TensorInfo>& tensors) {
+  constexpr uint64_t kPiece = uint64_t{4} << 20;  // 4 MiB: many pieces per big tensor, cheap to combine
+  std::vector<Piece> pieces;
+  for (uint32_t i = 0; i < tensors.size(); ++i)
+    for (uint64_t at = 0; at < tensors[i].size; at += kPiece)
+      pieces.push_back({i, tensors[i].offset + at, std::min(kPiece, tensors[i].size - at)});
+  return pieces;
+}
+
+uint64_t count_nonfinite_bytes(const unsigned char* p, uint64_t size, DType dtype) {
+  uint64_t bad = 0;
+  if (dtype == DType::f32) {
+    for (uint64_t i = 0; i + 4 <= size; i += 4) bad += (load_u32(p + i) & 0x7F800000u) == 0x7F800000u;
+  } else {
+    const uint16_t mask = dtype == DType::f16 ? 0x7C00 : 0x7F80;
+    for (uint64_t i = 0; i + 2 <= size; i += 2) bad += (load_u16(p + i) & mask) == mask;
+  }
+  return bad;
+}
+
+}  // namespace
+
+WeightFile::~WeightFile() {
+  if (map_) ::munmap(const_cast<unsigned char*>(map_), file_size_);
+}
+
+std::shared_ptr<const WeightFile> WeightFile::open(const std::string& path, const LoadOptions& options) {
+  std::shared_ptr<WeightFile> wf(new WeightFile());
+  wf->path_ = path;
+  const std::string& P = wf->path_;
+  auto header_error = [&](const std::string& what) { return Error(P + ": header: " + what); };
+
+  // ---- map ----
+  Fd fd;
+  fd.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd.fd < 0) throw Error(P + ": cannot open: " + std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd.fd, &st) != 0) throw Error(P + ": cannot stat: " + std::strerror(errno));
+  if (!S_ISREG(st.st_mode)) throw Error(P + ": not a regular file");
+  const uint64_t real_size = static_cast<uint64_t>(st.st_size);
+  if (options.max_bytes != 0 && real_size > options.max_bytes)
+    throw Error(P + ": file is " + u64s(real_size) + " bytes, over the allowed " + u64s(options.max_bytes) +
+                " bytes (LoadOptions::max_bytes)");
+  if (real_size < kHeaderSize)
+    throw header_error("file is " + u64s(real_size) + " bytes, shorter than the " + u64s(kHeaderSize) +
+                       "-byte header (truncated or not a .sqdk file)");
+  if (real_size > SIZE_MAX) throw Error(P + ": file of " + u64s(real_size) + " bytes cannot be mapped");
+  void* m = ::mmap(nullptr, real_size, PROT_READ, MAP_PRIVATE, fd.fd, 0);
+  if (m == MAP_FAILED) throw Error(P + ": cannot map " + u64s(real_size) + " bytes: " + std::strerror(errno));
+  wf->map_ = static_cast<const unsigned char*>(m);
+  wf->file_size_ = real_size;
+  const unsigned char* h = wf->map_;
+
+  // ---- header ----
+  if (std::memcmp(h, kMagic, 4) != 0) {
+    char got[32];
+    std::snprintf(got, sizeof got, "%02X %02X %02X %02X", h[0], h[1], h[2], h[3]);
+    throw header_error(std::string("bad magic ") + got + " (expected 53 51 44 4B 'SQDK'; not a .sqdk file)");
+  }
+  const uint32_t version = load_u32(h + 4);
+  if (version != kVersion)
+    throw header_error("unsupported format version " + std::to_string(version) + " (this build reads version " +
+                       std::to_string(kVersion) + ")");
+  const uint64_t file_size = load_u64(h + 8);
+  if (file_size != real_size)
+    throw header_error("file_size says " + u64s(file_size) + " bytes but the file has " + u64s(real_size) +
+                       " (truncated or extended)");
+  const uint32_t n_tensors = load_u32(h + 76);
+  const uint64_t dir_offset = load_u64(h + 80), dir_size = load_u64(h + 88), data_offset = load_u64(h + 96);
+  if (dir_offset != kHeaderSize)
+    throw header_error("directory_offset " + u64s(dir_offset) + " (expected " + u64s(kHeaderSize) + ")");
+  if (dir_size > real_size - kHeaderSize)
+    throw header_error("directory [128, 128 + " + u64s(dir_size) + ") runs past the end of the file (" +
+                       u64s(real_size) + " bytes)");
+  const uint64_t dir_end = kHeaderSize + dir_size;
+  if (data_offset % kAlignment != 0 || data_offset < dir_end || data_offset > real_size)
+    throw header_error("data_offset " + u64s(data_offset) + " (expected a multiple of 64 between the directory end " +
+                       u64s(dir_end) + " and the file size " + u64s(real_size) + ")");
+  for (uint64_t i = kReservedOffset; i < kHeaderSize; ++i)
+    if (h[i] != 0) throw header_error("reserved byte " + u64s(i) + " is " + std::to_string(h[i]) + " (expected 0)");
+  if (options.verify_checksums) {
+    const uint32_t stored = load_u32(h + kHeaderCrcOffset);
+    const uint32_t computed = crc32(h + kHeaderSize, dir_size, crc32(h, kHeaderCrcOffset));
+    if (stored != computed)
+      throw header_error("checksum mismatch: stored CRC-32 " + hex32(stored) + ", computed " + hex32(computed) +
+                         " over the header and directory (the file is corrupt)");
+  }
+
+  // ---- config ----
+  ModelConfig& c = wf->config_;
+  const uint32_t arch = load_u32(h + 16), flags = load_u32(h + 60), tokenizer = load_u32(h + 64);
+  if (arch > 1) throw Error(P + ": config: unknown arch " + std::to_string(arch) + " (expected 0 = gpt2 or 1 = llama)");
+  if (flags & ~3u) throw Error(P + ": config: unknown flag bits " + hex32(flags & ~3u) + " (expected only bits 0 and 1)");
+  if (tokenizer > 1)
+    throw Error(P + ": config: unknown tokenizer " + std::to_string(tokenizer) + " (expected 0 = none or 1 = byte_level)");
+  c.arch = static_cast<Arch>(arch);
+  c.d_model = load_u32(h + 20);
+  c.n_layers = load_u32(h + 24);
+  c.n_heads = load_u32(h + 28);
+  c.n_kv_heads = load_u32(h + 32);
+  c.head_dim = load_u32(h + 36);
+  c.d_ff = load_u32(h + 40);
+  c.n_vocab = load_u32(h + 44);
+  c.max_seq = load_u32(h + 48);
+  c.norm_eps = load_f32(h + 52);
+  c.rope_theta = load_f32(h + 56);
+  c.tied_embeddings = flags & 1u;
+  c.rope_interleaved = flags & 2u;
+  c.tokenizer = static_cast<TokenizerKind>(tokenizer);
+  c.bos_id = load_u32(h + 68);
+  c.eos_id = load_u32(h + 72);
+  c.validate(P);
+
+  // ---- directory ----
+  if (uint64_t{n_tensors} > dir_size / kMinEntrySize)
+    throw header_error(std::to_string(n_tensors) + " tensors cannot fit in a " + u64s(dir_size) +
+                       "-byte directory (each entry is at least " + u64s(kMinEntrySize) + " bytes)");
+  const unsigned char* dir = h + kHeaderSize;
+  uint64_t at = 0;  // cursor inside the directory
+  std::vector<TensorInfo>& tensors = wf->tensors_;
+  tensors.reserve(n_tensors);
+  std::unordered_set<std::string_view> names;
+  names.reserve(n_tensors);
+  for (uint32_t i = 0; i < n_tensors; ++i) {
+    std::string label = "tensor #" + std::to_string(i);
+    auto fail = [&](const std::string& what) { return Error(P + ": " + label + ": " + what); };
+    auto need = [&](uint64_t bytes, const char* field) {
+      if (bytes > dir_size - at)
+        throw fail(std::string("directory entry runs past the directory end at ") + field + " (directory is " +
+                   u64s(dir_size) + " bytes)");
+    };
+    need(2, "name_len");
+    const uint16_t name_len = load_u16(dir + at);
+    at += 2;
+    if (name_len == 0 || name_len > kMaxNameLen)
+      throw fail("name_len " + std::to_string(name_len) + " (expected 1.." + std::to_string(kMaxNameLen) + ")");
+    need(name_len, "name");
+    TensorInfo t;
+    t.name.assign(reinterpret_cast<const char*>(dir + at), name_len);
+    at += name_len;
+    label = "tensor '" + quote_name(t.name) + "'";
+    if (std::string problem = name_problem(t.name); !problem.empty()) throw fail(problem);
+    need(2, "dtype");
+    const uint8_t dtype = dir[at], n_dims = dir[at + 1];
+    at += 2;
+    if (dtype > 2) throw fail("unknown dtype " + std::to_string(dtype) + " (expected 0 = f32, 1 = f16, 2 = bf16)");
+    t.dtype = static_cast<DType>(dtype);
+    if (n_dims == 0 || n_dims > kMaxDims)
+      throw fail("n_dims " + std::to_string(n_dims) + " (expected 1.." + std::to_string(kMaxDims) + ")");
+    need(uint64_t{n_dims} * 8 + 8 + 8 + 4, "shape");
+    uint64_t n_elements = 1;
+    for (unsigned d = 0; d < n_dims; ++d) {
+      const uint64_t dim = load_u64(dir + at);
+      at += 8;
+      t.shape.push_back(dim);
+      if (dim == 0) throw fail("dimension " + std::to_string(d) + " is 0 (expected >= 1)");
+      if (__builtin_mul_overflow(n_elements, dim, &n_elements))
+        throw fail("shape " + t.shape_string() + "... has more than 2^64 elements");
+    }
+    t.offset = load_u64(dir + at);
+    t.size = load_u64(dir + at + 8);
+    t.crc32 = load_u32(dir + at + 16);
+    at += 20;
+    uint64_t bytes;
+    if (__builtin_mul_overflow(n_elements, uint64_t{dtype_size(t.dtype)}, &bytes))
+      throw fail("shape " + t.shape_string() + " of " + dtype_name(t.dtype) + " is more than 2^64 bytes");
+    if (t.size != bytes)
+      throw fail("shape " + t.shape_string() + " has " + u64s(n_elements) + " elements but size " + u64s(t.size) +
+                 " bytes (expected " + u64s(bytes) + " bytes for " + dtype_name(t.dtype) + ")");
+    if (t.offset % kAlignment != 0) throw fail("data offset " + u64s(t.offset) + " is not a multiple of 64");
+    if (t.offset < data_offset)
+      throw fail("data offset " + u64s(t.offset) + " is before data_offset " + u64s(data_offset));
+    if (t.offset > real_size || t.size > real_size - t.offset)
+      throw fail("data [" + u64s(t.offset) + ", " + u64s(t.offset) + " + " + u64s(t.size) +
+                 ") runs past the end of the file (" + u64s(real_size) + " bytes)");
+    tensors.push_back(std::move(t));
+  }
+  if (at != dir_size)
+    throw header_error("directory has " + u64s(dir_size - at) + " bytes after its last entry (expected " +
+                       u64s(dir_size) + " bytes to hold exactly " + std::to_string(n_tensors) + " entries)");
+  for (const auto& t : tensors)  // the strings no longer move: views into them are stable
+    if (!names.insert(t.name).second) throw Error(P + ": tensor '" + quote_name(t.name) + "': duplicate name");
+
+  // Overlap: sorted by offset, each tensor must end before the next begins.
+  std::vector<uint32_t> order(tensors.size());
+  for (uint32_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) { return tensors[a].offset < tensors[b].offset; });
+  for (size_t k = 1; k < order.size(); ++k) {
+    const TensorInfo& a = tensors[order[k - 1]];
+    const TensorInfo& b = tensors[order[k]];
+    if (a.offset + a.size > b.offset)
+      throw Error(P + ": tensor '" + quote_name(b.name) + "': data at " + u64s(b.offset) + " overlaps tensor '" +
+                  quote_name(a.name) + "' [" + u64s(a.offset) + ", " + u64s(a.offset + a.size) + ")");
+  }
+
+  check_family_tensors(c, tensors, P);
+
+  wf->by_name_.resize(tensors.size());
+  for (uint32_t i = 0; i < tensors.size(); ++i) wf->by_name_[i] = i;
+  std::sort(wf->by_name_.begin(), wf->by_name_.end(),
+            [&](uint32_t a, uint32_t b) { return tensors[a].name < tensors[b].name; });
+
+  // ---- data scans ----
+  const int n_threads = resolve_threads(options.n_threads);
+  if (options.verify_checksums || options.check_finite) {
+    std::vector<Piece> pieces = make_pieces(tensors);
+    const int64_t n_pieces = static_cast<int64_t>(pieces.size());
+    if (options.verify_checksums) {
+#pragma omp parallel for schedule(dynamic, 1) num_threads(n_threads)
+      for (int64_t k = 0; k < n_pieces; ++k) pieces[k].result = crc32(h + pieces[k].offset, pieces[k].size);
+      std::vector<uint32_t> crc(tensors.size(), 0);
+      for (const Piece& p : pieces) crc[p.tensor] = crc32_combine(crc[p.tensor], static_cast<uint32_t>(p.result), p.size);
+      for (size_t i = 0; i < tensors.size(); ++i)
+        if (crc[i] != tensors[i].crc32)
+          throw Error(P + ": tensor '" + quote_name(tensors[i].name) + "': checksum mismatch: stored CRC-32 " +
+                      hex32(tensors[i].crc32) + ", computed " + hex32(crc[i]) + " (the data is corrupt)");
+      wf->checksums_verified_ = true;
+    }
+    if (options.check_finite) {
+#pragma omp parallel for schedule(dynamic, 1) num_threads(n_threads)
+      for (int64_t k = 0; k < n_pieces; ++k)
+        pieces[k].result = count_nonfinite_bytes(h + pieces[k].offset, pieces[k].size, tensors[pieces[k].tensor].dtype);
+      std::vector<uint64_t> bad(tensors.size(), 0);
+      for (const Piece& p : pieces) bad[p.tensor] += p.result;
+      for (size_t i = 0; i < tensors.size(); ++i)
+        if (bad[i] != 0)
+          throw Error(P + ": tensor '" + quote_name(tensors[i].name) + "': " + u64s(bad[i]) + " of " +
+                      u64s(tensors[i].n_elements()) + " values are NaN or Inf (expected finite weights)");
+    }
+  }
+  return wf;
+}
+
+const TensorInfo* WeightFile::find(std::string_view name) const {
+  const auto it = std::lower_bound(by_name_.begin(), by_name_.end(), name,
+                                   [&](uint32_t i, std::string_view n) { return tensors_[i].name < n; });
+  if (it == by_name_.end() || tensors_[*it].name != name) return nullptr;
+  return &tensors_[*it];
+}
+
+const TensorInfo& WeightFile::require(std::string_view name, const std::vector<uint64_t>& expected_shape) const {
+  TensorInfo expected;
+  expected.shape = expected_shape;
+  const TensorInfo* t = find(name);
+  if (!t)
+    throw Error(path_ + ": tensor '" + quote_name(name) + "': missing (expected shape " + expected.shape_string() +
+                ")");
+  if (t->shape != expected_shape)
+    throw Error(path_ + ": tensor '" + quote_name(name) + "': shape " + t->shape_string() + " (expected " +
+                expected.shape_string() + ")");
+  return *t;
+}
+
+const void* WeightFile::data(const TensorInfo& tensor) const { return map_ + tensor.offset; }
+
+void WeightFile::read_f32(const TensorInfo& tensor, float* dst) const {
+  const unsigned char* src = map_ + tensor.offset;
+  const uint64_t n = tensor.n_elements();
+  switch (tensor.dtype) {
+    case DType::f32: std::memcpy(dst, src, n * 4); break;
+    case DType::f16:
+      for (uint64_t i = 0; i < n; ++i) dst[i] = f16_to_f32(load_u16(src + 2 * i));
+      break;
+    case DType::bf16:
+      for (uint64_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(load_u16(src + 2 * i));
+      break;
+  }
+}
+
+uint64_t WeightFile::count_nonfinite(const TensorInfo& tensor) const {
+  return count_nonfinite_bytes(map_ + tensor.offset, tensor.size, tensor.dtype);
+}
+
+}  // namespace sqrtdk

@@ -1,0 +1,138 @@
+// sqrtdk inspect FILE [--json] [--check] [--no-verify]: loads a .sqdk file with every check of the loader and prints
+// its config, the tensor table (name, dtype, shape, bytes), the parameter count and the checksum status.
+// --check also counts NaN/Inf values per tensor and fails (exit 2) if any tensor holds one.
+// A bad file: one line "sqrtdk: error: <path>: ..." on stderr, exit 2 (sqrtdk::Error propagates to main).
+#include "tools/cli/commands.h"
+
+#include <sqrtdk/error.h>
+#include <sqrtdk/format.h>
+
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <memory>
+
+namespace sqrtdk::cli {
+namespace {
+
+struct InspectOptions {
+  std::string path;
+  bool json = false;
+  bool check = false;
+  bool no_verify = false;
+};
+
+std::string token_string(uint32_t id) { return id == kNoToken ? "none" : std::to_string(id); }
+
+std::string with_commas(uint64_t v) {
+  const std::string digits = std::to_string(v);
+  std::string s;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) s.push_back(',');
+    s.push_back(digits[i]);
+  }
+  return s;
+}
+
+void run_inspect(const InspectOptions& o) {
+  LoadOptions load;
+  load.verify_checksums = !o.no_verify;
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto wf = WeightFile::open(o.path, load);
+  const double load_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  const ModelConfig& c = wf->config();
+  const auto& tensors = wf->tensors();
+
+  std::vector<uint64_t> nonfinite(tensors.size(), 0);
+  size_t n_bad = 0;
+  if (o.check)
+    for (size_t i = 0; i < tensors.size(); ++i) n_bad += (nonfinite[i] = wf->count_nonfinite(tensors[i])) != 0;
+  uint64_t n_params = 0;
+  for (const auto& t : tensors) n_params += t.n_elements();
+
+  if (o.json) {
+    nlohmann::json j;
+    j["path"] = wf->path();
+    j["file_size"] = wf->file_size();
+    j["format_version"] = 1;
+    j["config"] = {{"arch", arch_name(c.arch)},
+                   {"d_model", c.d_model},
+                   {"n_layers", c.n_layers},
+                   {"n_heads", c.n_heads},
+                   {"n_kv_heads", c.n_kv_heads},
+                   {"head_dim", c.head_dim},
+                   {"d_ff", c.d_ff},
+                   {"n_vocab", c.n_vocab},
+                   {"max_seq", c.max_seq},
+                   {"norm_eps", c.norm_eps},
+                   {"rope_theta", c.rope_theta},
+                   {"tied_embeddings", c.tied_embeddings},
+                   {"rope_interleaved", c.rope_interleaved},
+                   {"tokenizer", c.tokenizer == TokenizerKind::byte_level ? "byte_level" : "none"},
+                   {"bos_id", c.bos_id == kNoToken ? nlohmann::json() : nlohmann::json(c.bos_id)},
+                   {"eos_id", c.eos_id == kNoToken ? nlohmann::json() : nlohmann::json(c.eos_id)}};
+    j["n_params"] = n_params;
+    j["checksums"] = wf->checksums_verified() ? "verified" : "not verified";
+    j["load_ms"] = load_ms;
+    nlohmann::json list = nlohmann::json::array();
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      const auto& t = tensors[i];
+      nlohmann::json e = {{"name", t.name}, {"dtype", dtype_name(t.dtype)}, {"shape", t.shape},
+                          {"offset", t.offset}, {"bytes", t.size},     {"crc32", t.crc32}};
+      if (o.check) e["nonfinite"] = nonfinite[i];
+      list.push_back(std::move(e));
+    }
+    j["tensors"] = std::move(list);
+    std::printf("%s\n", j.dump(2).c_str());
+  } else {
+    std::printf("file        %s (%s bytes, format version 1)\n", wf->path().c_str(), with_commas(wf->file_size()).c_str());
+    std::printf("arch        %s\n", arch_name(c.arch));
+    std::printf("sizes       d_model %u, n_layers %u, n_heads %u, n_kv_heads %u, head_dim %u, d_ff %u, n_vocab %u, "
+                "max_seq %u\n",
+                c.d_model, c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, c.d_ff, c.n_vocab, c.max_seq);
+    std::printf("norm_eps    %g\nrope_theta  %g%s\n", static_cast<double>(c.norm_eps), static_cast<double>(c.rope_theta),
+                c.rope_interleaved ? " (interleaved pairs)" : c.arch == Arch::llama ? " (rotate-half)" : "");
+    std::printf("embeddings  %s\n", c.tied_embeddings ? "tied (output head = tok_emb)" : "separate lm_head");
+    std::printf("tokenizer   %s, bos %s, eos %s\n", c.tokenizer == TokenizerKind::byte_level ? "byte_level" : "none",
+                token_string(c.bos_id).c_str(), token_string(c.eos_id).c_str());
+    std::printf("parameters  %s in %zu tensors\n", with_commas(n_params).c_str(), tensors.size());
+    if (wf->checksums_verified())
+      std::printf("checksums   verified (CRC-32 of the header and every tensor; load took %.1f ms)\n", load_ms);
+    else
+      std::printf("checksums   not verified (--no-verify)\n");
+    size_t w = 4;
+    for (const auto& t : tensors) w = std::max(w, t.name.size());
+    std::printf("\n%-*s  %-5s  %-20s  %12s%s\n", static_cast<int>(w), "name", "dtype", "shape", "bytes",
+                o.check ? "  nan/inf" : "");
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      const auto& t = tensors[i];
+      std::printf("%-*s  %-5s  %-20s  %12s", static_cast<int>(w), t.name.c_str(), dtype_name(t.dtype),
+                  t.shape_string().c_str(), with_commas(t.size).c_str());
+      if (o.check) std::printf("  %llu", static_cast<unsigned long long>(nonfinite[i]));
+      std::printf("\n");
+    }
+    if (o.check) std::printf("\nfinite check: %zu tensor(s) hold NaN or Inf\n", n_bad);
+  }
+  std::fflush(stdout);
+  if (n_bad != 0) {
+    std::string names;
+    for (size_t i = 0; i < tensors.size(); ++i)
+      if (nonfinite[i]) names += (names.empty() ? "'" : ", '") + tensors[i].name + "'";
+    throw Error(wf->path() + ": " + std::to_string(n_bad) + " tensor(s) hold NaN or Inf: " + names);
+  }
+}
+
+}  // namespace
+
+void add_inspect_command(CLI::App& app) {
+  auto o = std::make_shared<InspectOptions>();
+  CLI::App* sub = app.add_subcommand("inspect", "Validate a .sqdk file and print its config and tensor table");
+  sub->add_option("file", o->path, "The .sqdk file")->required();
+  sub->add_flag("--json", o->json, "Print JSON instead of a table");
+  sub->add_flag("--check", o->check, "Count NaN/Inf values per tensor; exit 2 if any tensor holds one");
+  sub->add_flag("--no-verify", o->no_verify, "Skip CRC-32 verification (structure is still checked)");
+  sub->callback([o] { run_inspect(*o); });
+}
+
+}  // namespace sqrtdk::cli

@@ -1,0 +1,249 @@
+#!/usr/bin/python3
+"""The .sqdk weight file in Python: the reference writer (and a small reader). Spec: engine/FORMAT.md.
+
+Standard library + numpy only; byte-identical to the C++ writer (sqrtdk::write_weight_file) for the same content.
+
+As a module:
+    from sqdk import write_sqdk, read_sqdk, write_from_state_dict
+    write_sqdk("model.sqdk", config, [("tok_emb", array), ...])   # tensors in file order
+    config, tensors = read_sqdk("model.sqdk")                      # tensors: list of (name, array)
+config is a dict: arch ("gpt2" | "llama"), d_model, n_layers, n_heads, n_kv_heads, head_dim, d_ff, n_vocab,
+max_seq, norm_eps, rope_theta, tied_embeddings, rope_interleaved, tokenizer ("none" | "byte_level"), bos_id,
+eos_id (None = no token). Each tensor is (name, array) or (name, array, dtype) with dtype "f32" | "f16" | "bf16";
+without a dtype, float16 arrays are stored as f16 and other floats as f32. For bf16, pass float arrays (rounded to
+nearest even, as the C++ f32_to_bf16) or uint16 arrays holding the raw bf16 bits.
+
+As a command:
+    sqdk.py info FILE                 print the config and tensor table (checks every CRC)
+    sqdk.py from-spec SPEC.json OUT   write the synthetic test model a spec describes (tests/data/format_*.json)
+"""
+import json
+import os
+import struct
+import sys
+import tempfile
+import zlib
+
+import numpy as np
+
+MAGIC = b"SQDK"
+VERSION = 1
+HEADER_SIZE = 128
+HEADER_CRC_OFFSET = 104
+ALIGN = 64
+NO_TOKEN = 0xFFFFFFFF
+ARCHS = {"gpt2": 0, "llama": 1}
+TOKENIZERS = {"none": 0, "byte_level": 1}
+DTYPES = {"f32": 0, "f16": 1, "bf16": 2}
+DTYPE_SIZE = {"f32": 4, "f16": 2, "bf16": 2}
+
+# Header fields after magic/version/file_size, in order: (offset, struct code, config key).
+_CONFIG_FIELDS = [(20, "I", "d_model"), (24, "I", "n_layers"), (28, "I", "n_heads"), (32, "I", "n_kv_heads"),
+                  (36, "I", "head_dim"), (40, "I", "d_ff"), (44, "I", "n_vocab"), (48, "I", "max_seq"),
+                  (52, "f", "norm_eps"), (56, "f", "rope_theta")]
+
+
+def _align(n):
+    return (n + ALIGN - 1) // ALIGN * ALIGN
+
+
+def f32_to_bf16_bits(a):
+    """float32 array -> uint16 bf16 bits, round to nearest even, NaN kept quiet (same as sqrtdk::f32_to_bf16)."""
+    x = np.ascontiguousarray(a, dtype="<f4").view("<u4").astype(np.uint64)
+    rounded = ((x + 0x7FFF + ((x >> 16) & 1)) >> 16).astype(np.uint16)
+    nan = (x & 0x7FFFFFFF) > 0x7F800000
+    return np.where(nan, ((x >> 16) | 0x40).astype(np.uint16), rounded)
+
+
+def _tensor_bytes(array, dtype):
+    a = np.asarray(array)
+    if dtype is None:
+        dtype = "f16" if a.dtype == np.float16 else "f32"
+    if dtype not in DTYPES:
+        raise ValueError(f"unknown dtype {dtype!r} (expected f32, f16 or bf16)")
+    if dtype == "f32":
+        data = np.ascontiguousarray(a, dtype="<f4")
+    elif dtype == "f16":
+        data = np.ascontiguousarray(a, dtype="<f2")
+    elif a.dtype == np.uint16:
+        data = np.ascontiguousarray(a, dtype="<u2")
+    else:
+        data = f32_to_bf16_bits(a)
+    return dtype, data.tobytes()
+
+
+def write_sqdk(path, config, tensors):
+    """Writes a .sqdk file: a temporary file beside `path`, fsync, rename (never a partial file under `path`)."""
+    c = dict(config)
+    entries, blobs, names = [], [], set()
+    for item in tensors:
+        name, array = item[0], item[1]
+        dtype, data = _tensor_bytes(array, item[2] if len(item) > 2 else None)
+        shape = tuple(int(d) for d in np.shape(array))
+        raw = name.encode("utf-8")
+        if not 1 <= len(raw) <= 255 or name in names:
+            raise ValueError(f"tensor name {name!r}: empty, longer than 255 bytes or duplicate")
+        if not 1 <= len(shape) <= 4 or min(shape) < 1:
+            raise ValueError(f"tensor {name!r}: shape {shape} (expected 1..4 dimensions, each >= 1)")
+        names.add(name)
+        entries.append((raw, dtype, shape, len(data), zlib.crc32(data)))
+        blobs.append(data)
+
+    # Directory with offsets: entry = name_len, name, dtype, n_dims, shape, offset, size, crc32.
+    dir_size = sum(2 + len(raw) + 2 + 8 * len(shape) + 8 + 8 + 4 for raw, _, shape, _, _ in entries)
+    data_offset = _align(HEADER_SIZE + dir_size)
+    directory, end = bytearray(), data_offset
+    for raw, dtype, shape, size, crc in entries:
+        offset = _align(end)
+        directory += struct.pack("<H", len(raw)) + raw + struct.pack("<BB", DTYPES[dtype], len(shape))
+        directory += struct.pack(f"<{len(shape)}Q", *shape) + struct.pack("<QQI", offset, size, crc)
+        end = offset + size
+
+    header = bytearray(HEADER_SIZE)
+    header[0:4] = MAGIC
+    struct.pack_into("<IQI", header, 4, VERSION, end, ARCHS[c["arch"]])
+    for at, code, key in _CONFIG_FIELDS:
+        default = {"norm_eps": 1e-5, "rope_theta": 10000.0 if c["arch"] == "llama" else 0.0}.get(key)
+        struct.pack_into("<" + code, header, at, c.get(key, default))
+    flags = (1 if c.get("tied_embeddings") else 0) | (2 if c.get("rope_interleaved") else 0)
+    token = lambda v: NO_TOKEN if v is None else int(v)
+    struct.pack_into("<IIIII", header, 60, flags, TOKENIZERS[c.get("tokenizer", "none")],
+                     token(c.get("bos_id")), token(c.get("eos_id")), len(entries))
+    struct.pack_into("<QQQ", header, 80, HEADER_SIZE, len(directory), data_offset)
+    struct.pack_into("<I", header, HEADER_CRC_OFFSET, zlib.crc32(bytes(directory), zlib.crc32(bytes(header[:104]))))
+
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=os.path.basename(path) + ".tmp-", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(header)
+            f.write(directory)
+            pos = HEADER_SIZE + len(directory)
+            for (_, _, _, size, _), data in zip(entries, blobs):
+                f.write(b"\0" * (_align(pos) - pos))
+                f.write(data)
+                pos = _align(pos) + size
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    dfd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+
+
+def read_sqdk(path, verify=True):
+    """Reads a .sqdk file -> (config dict, list of (name, array)); bf16 tensors come back as float32.
+
+    Checks the structure and (if verify) every CRC-32; the C++ loader is the strict one (FORMAT.md's full list)."""
+    with open(path, "rb") as f:
+        buf = f.read()
+    if len(buf) < HEADER_SIZE or buf[:4] != MAGIC:
+        raise ValueError(f"{path}: not a .sqdk file")
+    version, file_size, arch = struct.unpack_from("<IQI", buf, 4)
+    if version != VERSION or file_size != len(buf):
+        raise ValueError(f"{path}: version {version} or file_size {file_size} != {len(buf)}")
+    c = {"arch": {v: k for k, v in ARCHS.items()}[arch]}
+    for at, code, key in _CONFIG_FIELDS:
+        c[key] = struct.unpack_from("<" + code, buf, at)[0]
+    flags, tok, bos, eos, n_tensors = struct.unpack_from("<IIIII", buf, 60)
+    c.update(tied_embeddings=bool(flags & 1), rope_interleaved=bool(flags & 2),
+             tokenizer={v: k for k, v in TOKENIZERS.items()}[tok], bos_id=None if bos == NO_TOKEN else bos,
+             eos_id=None if eos == NO_TOKEN else eos)
+    _, dir_size, _ = struct.unpack_from("<QQQ", buf, 80)
+    if verify and zlib.crc32(buf[HEADER_SIZE:HEADER_SIZE + dir_size], zlib.crc32(buf[:104])) != \
+            struct.unpack_from("<I", buf, HEADER_CRC_OFFSET)[0]:
+        raise ValueError(f"{path}: header checksum mismatch")
+    at, tensors = HEADER_SIZE, []
+    names = {v: k for k, v in DTYPES.items()}
+    for _ in range(n_tensors):
+        (name_len,) = struct.unpack_from("<H", buf, at)
+        name = buf[at + 2:at + 2 + name_len].decode("utf-8")
+        at += 2 + name_len
+        dtype, n_dims = struct.unpack_from("<BB", buf, at)
+        shape = struct.unpack_from(f"<{n_dims}Q", buf, at + 2)
+        offset, size, crc = struct.unpack_from("<QQI", buf, at + 2 + 8 * n_dims)
+        at += 2 + 8 * n_dims + 20
+        data = buf[offset:offset + size]
+        if verify and zlib.crc32(data) != crc:
+            raise ValueError(f"{path}: tensor {name!r}: checksum mismatch")
+        kind = names[dtype]
+        if kind == "bf16":
+            array = (np.frombuffer(data, "<u2").astype(np.uint32) << 16).view(np.float32)
+        else:
+            array = np.frombuffer(data, "<f4" if kind == "f32" else "<f2")
+        tensors.append((name, array.reshape(shape)))
+    return c, tensors
+
+
+def write_from_state_dict(path, config, state_dict, name_map=None, dtype=None):
+    """Writes PyTorch tensors (any mapping name -> torch.Tensor) without importing torch here.
+
+    name_map: dict or callable from the state_dict key to the .sqdk name (None or a missing key = skip the tensor);
+    without it the keys are used as they are. Tensors are written in the order of the state_dict. dtype: "f32",
+    "f16" or "bf16" for every tensor; None keeps f16 and bf16 tensors as they are and stores the rest as f32.
+    bf16 tensors are passed bit for bit (no rounding through float32)."""
+    tensors = []
+    for key, value in state_dict.items():
+        if name_map is None:
+            name = key
+        elif callable(name_map):
+            name = name_map(key)
+        else:
+            name = name_map.get(key)
+        if name is None:
+            continue
+        t = value.detach().cpu().contiguous()
+        kind = str(t.dtype)
+        if kind == "torch.bfloat16" and dtype in (None, "bf16"):
+            import torch  # only reached with torch tensors, so torch is importable
+            tensors.append((name, t.view(torch.int16).numpy().view(np.uint16), "bf16"))
+        elif kind == "torch.float16" and dtype in (None, "f16"):
+            tensors.append((name, t.numpy(), "f16"))
+        else:
+            tensors.append((name, t.float().numpy(), dtype or "f32"))
+    write_sqdk(path, config, tensors)
+
+
+def spec_values(index, n):
+    """The synthetic values of tensor `index` in a test spec: exact in f32, f16 and bf16."""
+    i = np.arange(n, dtype=np.int64)
+    return (((i * 7 + index * 3) % 17) - 8).astype(np.float32) / 16.0
+
+
+def write_from_spec(spec_path, out_path):
+    with open(spec_path) as f:
+        spec = json.load(f)
+    tensors = []
+    for index, t in enumerate(spec["tensors"]):
+        n = int(np.prod(t["shape"]))
+        tensors.append((t["name"], spec_values(index, n).reshape(t["shape"]), t["dtype"]))
+    write_sqdk(out_path, spec["config"], tensors)
+
+
+def _info(path):
+    config, tensors = read_sqdk(path)
+    print(json.dumps(config, indent=2))
+    for name, array in tensors:
+        print(f"{name:32s} {str(array.dtype):8s} {list(array.shape)}")
+
+
+def main(argv):
+    if len(argv) == 3 and argv[0] == "from-spec":
+        write_from_spec(argv[1], argv[2])
+    elif len(argv) == 2 and argv[0] == "info":
+        _info(argv[1])
+    else:
+        print(__doc__.split("As a command:")[1].rstrip(), file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
