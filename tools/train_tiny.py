@@ -436,7 +436,7 @@ def train(args):
     print("params: %d (%.2f MiB as f32)" % (n_params, n_params * 4 / 2**20))
     opt = make_optimizer(model, args)
     gen = torch.Generator().manual_seed(args.seed)
-    step, elapsed_before = 0, 0.0
+    step, elapsed_before, tokens_seen = 0, 0.0, 0
     ckpt_path = os.path.join(args.out, "ckpt.pt")
     if args.resume and os.path.exists(ckpt_path):
         ck = torch.load(ckpt_path, map_location="cpu")
@@ -444,6 +444,8 @@ def train(args):
         opt.load_state_dict(ck["opt"])
         step = ck["state"]["step"]
         elapsed_before = ck["state"]["elapsed"]
+        # Checkpoints before this field existed: assume the current batch size throughout.
+        tokens_seen = ck["state"].get("tokens", step * args.batch * args.seq)
         gen.set_state(ck["state"]["gen"])
         print("resumed at step %d, %.1f min elapsed" % (step, elapsed_before / 60))
 
@@ -469,6 +471,7 @@ def train(args):
         torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip)
         opt.step()
         step += 1
+        tokens_seen += tokens_per_step
         loss_acc += loss.item()
         n_acc += 1
         now = time.time()
@@ -487,19 +490,20 @@ def train(args):
             loss_acc, n_acc = 0.0, 0
         if now - last_ckpt >= args.ckpt_every_s:
             save_ckpt(ckpt_path, model, opt, {"step": step, "elapsed": elapsed_before + now - t0,
-                                               "gen": gen.get_state()})
+                                               "tokens": tokens_seen, "gen": gen.get_state()})
             last_ckpt = now
             print("checkpoint: step %d" % step, flush=True)
 
     train_minutes = (elapsed_before + time.time() - t0) / 60
-    save_ckpt(ckpt_path, model, opt, {"step": step, "elapsed": train_minutes * 60, "gen": gen.get_state()})
-    print("training done: %d steps, %.1f min, %d tokens" % (step, train_minutes, step * tokens_per_step))
+    save_ckpt(ckpt_path, model, opt, {"step": step, "elapsed": train_minutes * 60, "tokens": tokens_seen,
+                                       "gen": gen.get_state()})
+    print("training done: %d steps, %.1f min, %d tokens" % (step, train_minutes, tokens_seen))
     t_eval = time.time()
     val_bpb = evaluate_bpb(model, val_data, args.seq)
     print("final val: %.4f bits/byte over %d bytes (%.1f s); unigram %.4f" % (
         val_bpb, len(val_data), time.time() - t_eval, uni_val))
     summary = {"params": n_params, "steps": step, "train_minutes": round(train_minutes, 1),
-               "tokens_seen": step * tokens_per_step, "val_bytes": int(len(val_data)),
+               "tokens_seen": tokens_seen, "val_bytes": int(len(val_data)),
                "train_bytes": int(len(train_data)), "val_bpb": round(val_bpb, 4),
                "unigram_val_bpb": round(uni_val, 4), "args": vars(args), "history": history}
     final = os.path.join(args.out, "final.pt")
