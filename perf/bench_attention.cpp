@@ -19,6 +19,7 @@
 #include <random>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 using namespace sqrtdk;
 using namespace sqrtdk::perf;
@@ -116,6 +117,13 @@ struct OnednnAttention {
   }
 };
 
+// Each row also goes to stderr as soon as it is measured, so a long run that is stopped still leaves its figures.
+void progress(const std::vector<std::string>& cells) {
+  std::string line;
+  for (const auto& c : cells) line += "| " + c + " ";
+  std::fprintf(stderr, "%s|\n", line.c_str());
+}
+
 std::string mib(size_t bytes) { return fmt(double(bytes) / (1 << 20), 2); }
 
 }  // namespace
@@ -150,6 +158,7 @@ int main(int argc, char** argv) {
   for (int t : args.threads) {
     const double peak = measure_fma_peak_gflops(isa, t, args.smoke);
     const double bw = measure_read_bandwidth_gbs(t, args.smoke);
+    std::fprintf(stderr, "threads %d: FMA peak %.1f GFLOP/s, DRAM read %.1f GB/s\n", t, peak, bw);
     out["fma_peak_gflops_" + std::to_string(t)] = peak;
     out["dram_read_gbs_" + std::to_string(t)] = bw;
     const int saved_threads = omp_get_max_threads();
@@ -170,9 +179,13 @@ int main(int argc, char** argv) {
           const double s_dnnl = median_seconds([&] { dnnl_attn.run(); }, args.reps);
           omp_set_num_threads(saved_threads);
           const double gf = flops / s_fused / 1e9, gu = flops / s_unfused / 1e9, gd = flops / s_dnnl / 1e9;
-          prefill.add({std::to_string(t), hc.name, std::to_string(n), causal ? "yes" : "no", fmt(gf), fmt(100 * gf / peak),
-                       fmt(gu), fmt(gd), fmt(gf / gu, 2), fmt(gf / gd, 2), mib(ws_fused.bytes()),
-                       mib(ws_unfused.bytes()), mib(dnnl_attn.bytes())});
+          const std::vector<std::string> cells = {
+              std::to_string(t), hc.name,           std::to_string(n),       causal ? "yes" : "no",
+              fmt(gf),           fmt(100 * gf / peak), fmt(gu),             fmt(gd),
+              fmt(gf / gu, 2),   fmt(gf / gd, 2),   mib(ws_fused.bytes()), mib(ws_unfused.bytes()),
+              mib(dnnl_attn.bytes())};
+          prefill.add(cells);
+          progress(cells);
           out["prefill"].push_back({{"threads", t}, {"heads", hc.name}, {"seq", n}, {"causal", causal},
                                     {"fused_gflops", gf}, {"pct_peak", 100 * gf / peak}, {"unfused_gflops", gu},
                                     {"onednn_gflops", gd}, {"ratio_unfused", gf / gu}, {"ratio_onednn", gf / gd},
@@ -194,8 +207,11 @@ int main(int argc, char** argv) {
         const double s_unfused =
             median_seconds([&] { ops::attention(isa, pr.p, ws_unfused, t, AttentionPath::unfused); }, args.reps);
         const double gb = bytes / s_fused / 1e9, gbu = bytes / s_unfused / 1e9;
-        decode.add({std::to_string(t), hc.name, std::to_string(m), fmt(gb), fmt(100 * gb / bw), fmt(gbu),
-                    fmt(gb / gbu, 2), fmt(s_fused * 1e6)});
+        const std::vector<std::string> cells = {std::to_string(t), hc.name,          std::to_string(m),
+                                                fmt(gb),           fmt(100 * gb / bw), fmt(gbu),
+                                                fmt(gb / gbu, 2),  fmt(s_fused * 1e6)};
+        decode.add(cells);
+        progress(cells);
         out["decode"].push_back({{"threads", t}, {"heads", hc.name}, {"cache", m}, {"fused_gbs", gb},
                                  {"pct_dram", 100 * gb / bw}, {"unfused_gbs", gbu}, {"ratio_unfused", gb / gbu},
                                  {"fused_seconds", s_fused}, {"kv_bytes", bytes}});

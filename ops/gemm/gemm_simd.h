@@ -118,6 +118,7 @@ void gemm_ukernel(size_t kc, const float* __restrict a, size_t a_step, const flo
   for (int r = 0; r < MR; ++r)
 #pragma GCC unroll 8
     for (int j = 0; j < NV; ++j) acc[r][j] = V(0.0f);
+#pragma GCC unroll 4
   for (size_t k = 0; k < kc; ++k) {
     V bv[NV];
 #pragma GCC unroll 8
