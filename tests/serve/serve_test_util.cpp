@@ -22,7 +22,10 @@ namespace sqrtdk::serve_test {
 ServerProcess::ServerProcess(const std::vector<std::string>& args) {
   int out[2];
   if (pipe(out) != 0) throw std::runtime_error("pipe failed");
-  std::vector<std::string> argv_s = {SQRTDK_SERVE_BIN, "--host", "127.0.0.1", "--port", "0"};
+  // A random-weight toy (tests/serve/CMakeLists.txt): unlike the trained default model it rarely emits EOS, so
+  // streams run as long as a test needs.
+  std::vector<std::string> argv_s = {SQRTDK_SERVE_BIN, "--host", "127.0.0.1", "--port", "0", "--model",
+                                     SQRTDK_SERVE_TEST_MODEL};
   argv_s.insert(argv_s.end(), args.begin(), args.end());
   pid_ = fork();
   if (pid_ < 0) throw std::runtime_error("fork failed");
