@@ -514,40 +514,43 @@ ConvertResult convert_hf_checkpoint(const std::string& hf_dir, const std::string
   }
   WeightFileWriter writer(out_path, config, declared);
 
-  std::vector<unsigned char> gathered, converted;  // chunk buffers, reused: the only memory that grows with a tensor
+  // Chunk buffers, reused across tensors: with `whole` (the largest transposed tensor) the only memory that grows
+  // with the model.
+  std::vector<unsigned char> whole, gathered, converted;
   uint64_t done_bytes = 0;
   for (const auto& p : plan) {
     const SafetensorsTensor& t = *p.source.tensor;
     const SafetensorsFile& file = *p.source.file;
     const DType from = *t.dtype;
     const size_t in_size = dtype_size(from), out_size = dtype_size(out_dtype);
-    const unsigned char* src = file.data(t);
     uint64_t overflowed = 0;
     // Each step covers whole output rows of a transposed tensor, or a run of elements of a copied one.
     const uint64_t K = p.transpose ? p.shape[1] : 1, N = p.transpose ? p.shape[0] : t.n_elements;
     const uint64_t step = p.transpose ? std::max<uint64_t>(1, kChunkElements / K) : kChunkElements;
+    if (p.transpose) {
+      whole.resize(t.size);
+      file.read(t.offset, t.size, whole.data());
+    }
     for (uint64_t r0 = 0; r0 < N; r0 += step) {
       const uint64_t r1 = std::min(N, r0 + step), n = (r1 - r0) * K;
-      const unsigned char* chunk = src + r0 * in_size;
-      if (p.transpose) {
-        gathered.resize(n * in_size);
-        transpose_rows(src, K, N, r0, r1, in_size, gathered.data());
-        chunk = gathered.data();
-      }
+      gathered.resize(n * in_size);
+      if (p.transpose)
+        transpose_rows(whole.data(), K, N, r0, r1, in_size, gathered.data());
+      else
+        file.read(t.offset + r0 * in_size, n * in_size, gathered.data());
+      const unsigned char* chunk = gathered.data();
       if (from != out_dtype) {
         converted.resize(n * out_size);
         overflowed += convert_elements(chunk, from, converted.data(), out_dtype, n);
         chunk = converted.data();
       }
       writer.append(chunk, n * out_size);
-      if (!p.transpose) file.release(t.offset + r0 * in_size, n * in_size);
       done_bytes += n * out_size;
       if (options.progress) options.progress(done_bytes, total_bytes);
     }
     if (overflowed)
       throw Error(file.path() + ": tensor '" + quote_name(t.name) + "': " + std::to_string(overflowed) +
                   " values are beyond the range of " + dtype_name(out_dtype) + " (convert with --dtype f32 or bf16)");
-    file.release(t.offset, t.size);
     result.bytes_read += t.size;
   }
   writer.commit();

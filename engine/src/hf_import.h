@@ -12,10 +12,12 @@
 // does not use is an error (it would mean a model variant that we would silently compute wrong), as are config
 // features we do not implement (rope_scaling, attention/mlp biases in llama, activations other than the family's).
 //
-// Memory: tensors are converted in chunks of about 4 MiB straight from the read-only mappings to the streaming
-// .sqdk writer (engine/include/sqrtdk/format.h, WeightFileWriter); mapped pages are released as they are consumed,
-// so resident memory stays near one tensor (a transposed one) regardless of the model size. The output appears
-// under its final name only when complete (temporary file, fsync, rename).
+// Memory: tensors are read with pread in chunks of about 4 MiB (a transposed GPT-2 weight whole) and converted
+// straight into the streaming .sqdk writer (engine/include/sqrtdk/format.h, WeightFileWriter), so resident memory
+// stays at a few chunk buffers plus the largest transposed tensor, whatever the model size (measured: 11.6 MB peak RSS
+// converting a 536 MB llama checkpoint). The data is not read through the mapping: on this VM the first touch of each
+// mapped 4 KiB page costs microseconds, and pread into reused buffers converted twice as fast (1.6 s vs 3.2 s for
+// 536 MB to tmpfs). The output appears under its final name only when complete (temporary file, fsync, rename).
 #pragma once
 
 #include <sqrtdk/format.h>

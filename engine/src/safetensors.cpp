@@ -171,17 +171,17 @@ std::unique_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) 
   }
   std::unique_ptr<SafetensorsFile> file(new SafetensorsFile());
   file->path_ = path;
+  file->fd_ = fd;  // closed by the destructor from here on
   file->size_ = static_cast<uint64_t>(st.st_size);
   if (file->size_ > 0) {
     void* map = ::mmap(nullptr, file->size_, PROT_READ, MAP_PRIVATE, fd, 0);
     if (map == MAP_FAILED) {
       const int err = errno;
-      ::close(fd);
       throw Error(path + ": cannot map: " + std::strerror(err));
     }
     file->map_ = static_cast<const unsigned char*>(map);
   }
-  ::close(fd);  // the mapping keeps the file open
+  file->fd_ = fd;
   file->tensors_ = parse_safetensors(file->map_, file->size_, path);
   file->by_name_.resize(file->tensors_.size());
   for (uint32_t i = 0; i < file->by_name_.size(); ++i) file->by_name_[i] = i;
@@ -192,6 +192,7 @@ std::unique_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) 
 
 SafetensorsFile::~SafetensorsFile() {
   if (map_) ::munmap(const_cast<unsigned char*>(map_), size_);
+  if (fd_ >= 0) ::close(fd_);
 }
 
 const SafetensorsTensor* SafetensorsFile::find(std::string_view name) const {
@@ -200,11 +201,18 @@ const SafetensorsTensor* SafetensorsFile::find(std::string_view name) const {
   return it != by_name_.end() && tensors_[*it].name == name ? &tensors_[*it] : nullptr;
 }
 
-void SafetensorsFile::release(uint64_t offset, uint64_t size) const {
-  static const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
-  if (!map_ || offset > size_ || size > size_ - offset) return;
-  const uint64_t first = (offset + page - 1) / page * page, last = (offset + size) / page * page;
-  if (last > first) ::madvise(const_cast<unsigned char*>(map_) + first, last - first, MADV_DONTNEED);
+void SafetensorsFile::read(uint64_t offset, uint64_t size, void* dst) const {
+  if (offset > size_ || size > size_ - offset) throw Error(path_ + ": read past the end of the file");
+  auto* p = static_cast<unsigned char*>(dst);
+  while (size > 0) {
+    const ssize_t n = ::pread(fd_, p, size > (uint64_t{1} << 30) ? (size_t{1} << 30) : size, static_cast<off_t>(offset));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) throw Error(path_ + ": read failed at offset " + std::to_string(offset) + ": " +
+                            (n < 0 ? std::strerror(errno) : "the file is shorter than when it was opened"));
+    p += n;
+    offset += static_cast<uint64_t>(n);
+    size -= static_cast<uint64_t>(n);
+  }
 }
 
 }  // namespace sqrtdk

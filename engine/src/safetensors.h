@@ -41,7 +41,7 @@ struct SafetensorsTensor {
 // section is not read). Tensors are returned in file-offset order. Throws sqrtdk::Error prefixed with `where`.
 std::vector<SafetensorsTensor> parse_safetensors(const unsigned char* bytes, uint64_t size, const std::string& where);
 
-// A safetensors file mapped read-only and validated with parse_safetensors().
+// A safetensors file mapped read-only and validated with parse_safetensors(); the descriptor stays open for read().
 class SafetensorsFile {
  public:
   static std::unique_ptr<SafetensorsFile> open(const std::string& path);
@@ -54,15 +54,17 @@ class SafetensorsFile {
   const std::vector<SafetensorsTensor>& tensors() const { return tensors_; }
   const SafetensorsTensor* find(std::string_view name) const;  // nullptr if absent
   const unsigned char* data(const SafetensorsTensor& tensor) const { return map_ + tensor.offset; }
-  // Drops the mapped pages of [offset, offset + size) from this process (they stay in the page cache), so reading
-  // a file front to back keeps resident memory bounded. Only whole pages inside the range are released.
-  void release(uint64_t offset, uint64_t size) const;
+  // Copies [offset, offset + size) of the file into dst with pread (a short read, e.g. a file truncated after open,
+  // is a sqrtdk::Error). The converter streams data this way rather than through the mapping: on this VM a first
+  // touch of a mapped page costs microseconds (engine/src/hf_import.cpp has the figures).
+  void read(uint64_t offset, uint64_t size, void* dst) const;
 
  private:
   SafetensorsFile() = default;
   std::string path_;
   uint64_t size_ = 0;
   const unsigned char* map_ = nullptr;
+  int fd_ = -1;
   std::vector<SafetensorsTensor> tensors_;
   std::vector<uint32_t> by_name_;  // indices sorted by name
 };
