@@ -162,7 +162,8 @@ std::vector<SafetensorsTensor> parse_safetensors(const unsigned char* bytes, uin
 }
 
 std::unique_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: a FIFO planted under the file's name must not hang the open (fstat then refuses it).
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) throw Error(path + ": cannot open: " + std::strerror(errno));
   struct stat st {};
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
@@ -181,7 +182,6 @@ std::unique_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) 
     }
     file->map_ = static_cast<const unsigned char*>(map);
   }
-  file->fd_ = fd;
   file->tensors_ = parse_safetensors(file->map_, file->size_, path);
   file->by_name_.resize(file->tensors_.size());
   for (uint32_t i = 0; i < file->by_name_.size(); ++i) file->by_name_[i] = i;

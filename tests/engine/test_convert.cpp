@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -330,6 +331,8 @@ TEST_CASE("safetensors: every truncation and random header damage is an error or
   CHECK_THROWS_WITH_AS(SafetensorsFile::open(dir.file("cut.safetensors")), doctest::Contains("too short"), Error);
   CHECK_THROWS_WITH_AS(SafetensorsFile::open(dir.file("none.safetensors")), doctest::Contains("cannot open"), Error);
   CHECK_THROWS_WITH_AS(SafetensorsFile::open(dir.path().string()), doctest::Contains("not a regular file"), Error);
+  REQUIRE(::mkfifo(dir.file("fifo.safetensors").c_str(), 0600) == 0);  // must not block waiting for a writer
+  CHECK_THROWS_WITH_AS(SafetensorsFile::open(dir.file("fifo.safetensors")), doctest::Contains("not a regular file"), Error);
   // Random byte damage in the length and header: each parse either succeeds with in-bounds tensors or throws Error.
   std::mt19937_64 rng(20261130);
   int errors = 0;
