@@ -9,7 +9,7 @@ It rewrites tests/data/golden/<model>/ for every model in MODELS:
   hf/model.safetensors HF tensor names and layouts (GPT-2 Conv1D weights [in, out]), in the dtype of `hf_dtype`
   logits.npy           f32 [n_prompt, n_vocab]: PyTorch's logits at every position of the prompt
   logits_full.npy      f32 [n_prompt + 32, n_vocab]: logits at every position of prompt + greedy continuation
-                       (row t predicts token t + 1, so decode steps can be checked one by one)
+                       (row t predicts token t + 1; decode(generated[i]) after the prompt gives row n_prompt + i)
   greedy.json          {"prompt": [...], "generated": [...]}: 32 greedy tokens after the prompt
   fixture.json         what the files are, the config, the tokens, and the tolerance reasoning with measured figures
 
@@ -41,11 +41,11 @@ MODELS = [
          hf_dtype="f16", seed=1, emb_std=0.3, out_gain=3.0),
     dict(name="llama_mha", arch="llama", d_model=64, n_layers=2, n_heads=4, n_kv_heads=4, head_dim=16, d_ff=96,
          n_vocab=96, max_seq=64, norm_eps=1e-5, rope_theta=10000.0, tied_embeddings=False, rope_interleaved=False,
-         hf_dtype="f32", seed=2, emb_std=1.0, out_gain=1.0),
+         hf_dtype="f16", seed=2, emb_std=1.0, out_gain=1.0),
     dict(name="llama_gqa", arch="llama", d_model=64, n_layers=2, n_heads=8, n_kv_heads=2, head_dim=8, d_ff=128,
          n_vocab=96, max_seq=64, norm_eps=1e-6, rope_theta=10000.0, tied_embeddings=True, rope_interleaved=False,
          hf_dtype="bf16", seed=3, emb_std=0.3, out_gain=3.0),
-    dict(name="llama_hd80", arch="llama", d_model=160, n_layers=1, n_heads=2, n_kv_heads=1, head_dim=80, d_ff=64,
+    dict(name="llama_hd80", arch="llama", d_model=160, n_layers=1, n_heads=2, n_kv_heads=1, head_dim=80, d_ff=32,
          n_vocab=96, max_seq=64, norm_eps=1e-5, rope_theta=500000.0, tied_embeddings=True, rope_interleaved=False,
          hf_dtype="bf16", seed=4, emb_std=0.3, out_gain=3.0),
     dict(name="llama_interleaved", arch="llama", d_model=64, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=16,
@@ -358,14 +358,52 @@ def sqdk_config(cfg):
 
 
 def write_sqdk(path, cfg, tensors):
-    """Writes the .sqdk with tools/sqdk.py (the format's Python reference writer). Returns False if it is absent."""
+    """Writes the .sqdk with tools/sqdk.py (the format's Python reference writer), f32, in canonical tensor order
+    (sqdk_tensors builds the dict in that order)."""
     sys.path.insert(0, str(REPO / "tools"))
-    try:
-        import sqdk
-    except ImportError:
-        return False
-    sqdk.write_state_dict(str(path), sqdk_config(cfg), {k: v.detach().numpy().astype(np.float32) for k, v in tensors.items()})
-    return True
+    import sqdk
+
+    sqdk.write_from_state_dict(str(path), sqdk_config(cfg), tensors, dtype="f32")
+
+
+def read_safetensors(path):
+    """Reads back what write_safetensors wrote (f32/f16/bf16) as float32 torch tensors: the self-check below."""
+    raw = pathlib.Path(path).read_bytes()
+    (n,) = struct.unpack("<Q", raw[:8])
+    header, data = json.loads(raw[8:8 + n]), raw[8 + n:]
+    out = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        begin, end = info["data_offsets"]
+        chunk = data[begin:end]
+        if info["dtype"] == "F32":
+            a = np.frombuffer(chunk, "<f4")
+        elif info["dtype"] == "F16":
+            a = np.frombuffer(chunk, "<f2").astype(np.float32)
+        else:
+            a = (np.frombuffer(chunk, "<u2").astype(np.uint32) << 16).view(np.float32)
+        out[name] = torch.from_numpy(a.reshape(info["shape"]).copy())
+    return out
+
+
+def self_check(out, cfg, p, full, logits_full):
+    """The written files hold what PyTorch computed with: the safetensors copy, read back, reproduces the logits
+    (bit for bit, or to float noise for the permuted interleaved model), and the .sqdk holds sqdk_tensors exactly."""
+    hf = read_safetensors(out / "hf" / "model.safetensors")
+    if cfg["arch"] == "llama" and cfg["rope_interleaved"]:
+        diff = float((forward(hf, cfg, full, interleaved=False) - logits_full).abs().max())
+        assert diff <= 1e-5 * float(logits_full.abs().max()), diff
+    else:
+        assert torch.equal(forward(hf, cfg, full), logits_full)
+    sys.path.insert(0, str(REPO / "tools"))
+    import sqdk
+
+    _, tensors = sqdk.read_sqdk(str(out / "model.sqdk"))
+    want = sqdk_tensors(p, cfg)
+    assert [name for name, _ in tensors] == list(want)
+    for name, array in tensors:
+        assert np.array_equal(np.asarray(array, dtype=np.float32), want[name].numpy()), name
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -430,14 +468,15 @@ def build(cfg):
     (out / "greedy.json").write_text(json.dumps({"prompt": prompt, "generated": generated}) + "\n")
     (out / "hf" / "config.json").write_text(json.dumps(hf_config(cfg), indent=2) + "\n")
     write_safetensors(out / "hf" / "model.safetensors", hf, cfg["hf_dtype"])
-    wrote_sqdk = write_sqdk(out / "model.sqdk", cfg, sqdk_tensors(p, cfg))
+    write_sqdk(out / "model.sqdk", cfg, sqdk_tensors(p, cfg))
+    self_check(out, cfg, p, full, logits_full)
 
     tol = 1e-4
     fixture = {
         "name": cfg["name"],
         "config": sqdk_config(cfg),
         "files": {
-            "sqdk": "model.sqdk" if wrote_sqdk else None,
+            "sqdk": "model.sqdk",
             "hf_dir": "hf",
             "hf_safetensors_dtype": cfg["hf_dtype"],
             "logits": "logits.npy",
@@ -445,6 +484,13 @@ def build(cfg):
             "logits_full": "logits_full.npy",
             "logits_full_shape": [len(full), cfg["n_vocab"]],
             "greedy": "greedy.json",
+            "notes": {
+                "logits": "PyTorch prefill of the prompt: row t = logits after tokens[0..t]",
+                "logits_full": "PyTorch over prompt + generated: row t predicts token t + 1; after prefilling the "
+                               "prompt (last row n_prompt-1), decode(generated[i]) must give row n_prompt + i",
+                "greedy": "argmax decoding, 32 tokens, no stop token",
+                "hf_dir": "converter input: config.json (HF field names) + model.safetensors (HF names/layouts)",
+            },
         },
         "prompt": prompt,
         "generated": generated,
@@ -480,20 +526,19 @@ def build(cfg):
         fixture["note"] = ("hf/model.safetensors uses GPT2LMHeadModel names with the 'transformer.' prefix and "
                            "Conv1D weights [in, out]; lm_head.weight is omitted (tied), as save_pretrained does.")
     (out / "fixture.json").write_text(json.dumps(fixture, indent=2) + "\n")
-    return fixture, wrote_sqdk
+    return fixture
 
 
 def main():
     torch.set_num_threads(1)  # deterministic summation order in PyTorch's CPU kernels
     total = 0
     for cfg in MODELS:
-        fixture, wrote_sqdk = build(cfg)
+        fixture = build(cfg)
         size = sum(f.stat().st_size for f in (OUT_DIR / cfg["name"]).rglob("*") if f.is_file())
         total += size
         f = fixture["figures"]
         print(f"{cfg['name']:18s} {size / 1024:7.1f} KiB  max|logit| {f['max_abs_logit']:6.2f}  "
-              f"f32-f64 {f['f32_vs_f64_max_abs']:.2e}  min gap {f['min_greedy_gap']:.3f}"
-              + ("" if wrote_sqdk else "  (no tools/sqdk.py: model.sqdk not written)"))
+              f"f32-f64 {f['f32_vs_f64_max_abs']:.2e}  min gap {f['min_greedy_gap']:.3f}")
     print(f"total {total / 1024:.1f} KiB")
 
 

@@ -15,7 +15,8 @@ nearest even, as the C++ f32_to_bf16) or uint16 arrays holding the raw bf16 bits
 
 As a command:
     sqdk.py info FILE                 print the config and tensor table (checks every CRC)
-    sqdk.py from-spec SPEC.json OUT   write the synthetic test model a spec describes (tests/data/format_*.json)
+    sqdk.py from-spec SPEC.json OUT [SPEC.json OUT ...]
+                                      write the synthetic test model each spec describes (tests/data/format_*.json)
 """
 import json
 import os
@@ -235,8 +236,9 @@ def _info(path):
 
 
 def main(argv):
-    if len(argv) == 3 and argv[0] == "from-spec":
-        write_from_spec(argv[1], argv[2])
+    if len(argv) >= 3 and len(argv) % 2 == 1 and argv[0] == "from-spec":
+        for spec, out in zip(argv[1::2], argv[2::2]):
+            write_from_spec(spec, out)
     elif len(argv) == 2 and argv[0] == "info":
         _info(argv[1])
     else:

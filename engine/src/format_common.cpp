@@ -99,13 +99,14 @@ void ModelConfig::validate(const std::string& where) const {
 }
 
 uint64_t ModelConfig::n_params() const {
-  uint64_t total = 0;
-  for (const auto& spec : family_tensors(*this)) {
-    uint64_t n = 1;
-    for (uint64_t d : spec.shape) n *= d;
-    total += n;
-  }
-  return total;
+  // The sum over family_tensors() (models/tensor_names.h) in closed form: no allocation, defined for any config
+  // (wraps modulo 2^64 for absurd ones, which validate() refuses).
+  const uint64_t d = d_model, ff = d_ff, v = n_vocab, q = uint64_t{n_heads} * head_dim;
+  const uint64_t kv = uint64_t{n_kv_heads} * head_dim, head = tied_embeddings ? 0 : v * d;
+  if (arch == Arch::gpt2)
+    return v * d + uint64_t{max_seq} * d +
+           n_layers * (4 * d + 3 * d * d + 3 * d + d * q + d + ff * d + ff + d * ff + d) + 2 * d + head;
+  return v * d + n_layers * (2 * d + q * d + 2 * kv * d + d * q + 3 * ff * d) + d + head;
 }
 
 uint64_t TensorInfo::n_elements() const {

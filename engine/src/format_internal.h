@@ -71,6 +71,12 @@ void encode_header(const ModelConfig& config, uint32_t n_tensors, uint64_t direc
 // sqrtdk::Error "<where>: tensor '<name>': ..." naming the first missing, unexpected or misshapen tensor.
 void check_family_tensors(const ModelConfig& config, const std::vector<TensorInfo>& tensors, const std::string& where);
 
+// The CRC-32 implementations, for tests and benchmarks: crc32() uses the last of crc32_paths() (the fastest this
+// CPU runs); every path gives the same value.
+enum class CrcPath { table, pclmul, vpclmul };
+std::vector<CrcPath> crc32_paths();  // table first
+uint32_t crc32_with(CrcPath path, const void* data, size_t size, uint32_t crc = 0);
+
 // CRC of the concatenation A||B from crc(A), crc(B) and len(B) (zlib's crc32_combine).
 uint32_t crc32_combine(uint32_t crc1, uint32_t crc2, uint64_t len2);
 

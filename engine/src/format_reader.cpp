@@ -101,7 +101,10 @@ std::shared_ptr<const WeightFile> WeightFile::open(const std::string& path, cons
     throw header_error("file is " + u64s(real_size) + " bytes, shorter than the " + u64s(kHeaderSize) +
                        "-byte header (truncated or not a .sqdk file)");
   if (real_size > SIZE_MAX) throw Error(P + ": file of " + u64s(real_size) + " bytes cannot be mapped");
-  void* m = ::mmap(nullptr, real_size, PROT_READ, MAP_PRIVATE, fd.fd, 0);
+  // When every byte will be read now (checksums, finite scan), MAP_POPULATE maps all pages in one call: faulting
+  // them in one 4 KiB page at a time costs ~12 us each in this VM (MACHINE.md), several times the CRC itself.
+  const bool read_all = options.verify_checksums || options.check_finite;
+  void* m = ::mmap(nullptr, real_size, PROT_READ, MAP_PRIVATE | (read_all ? MAP_POPULATE : 0), fd.fd, 0);
   if (m == MAP_FAILED) throw Error(P + ": cannot map " + u64s(real_size) + " bytes: " + std::strerror(errno));
   wf->map_ = static_cast<const unsigned char*>(m);
   wf->file_size_ = real_size;
@@ -257,12 +260,16 @@ std::shared_ptr<const WeightFile> WeightFile::open(const std::string& path, cons
             [&](uint32_t a, uint32_t b) { return tensors[a].name < tensors[b].name; });
 
   // ---- data scans ----
-  const int n_threads = resolve_threads(options.n_threads);
+  // Threads only pay off for big files: starting an OpenMP team costs ~10 us idle and milliseconds on a busy
+  // machine, while 1 MiB takes ~50 us to checksum.
+  uint64_t total_bytes = 0;
+  for (const auto& t : tensors) total_bytes += t.size;
+  const int n_threads = total_bytes >= (uint64_t{1} << 20) ? resolve_threads(options.n_threads) : 1;
   if (options.verify_checksums || options.check_finite) {
     std::vector<Piece> pieces = make_pieces(tensors);
     const int64_t n_pieces = static_cast<int64_t>(pieces.size());
     if (options.verify_checksums) {
-#pragma omp parallel for schedule(dynamic, 1) num_threads(n_threads)
+#pragma omp parallel for schedule(dynamic, 1) num_threads(n_threads) if (n_threads > 1)
       for (int64_t k = 0; k < n_pieces; ++k) pieces[k].result = crc32(h + pieces[k].offset, pieces[k].size);
       std::vector<uint32_t> crc(tensors.size(), 0);
       for (const Piece& p : pieces) crc[p.tensor] = crc32_combine(crc[p.tensor], static_cast<uint32_t>(p.result), p.size);
@@ -273,7 +280,7 @@ std::shared_ptr<const WeightFile> WeightFile::open(const std::string& path, cons
       wf->checksums_verified_ = true;
     }
     if (options.check_finite) {
-#pragma omp parallel for schedule(dynamic, 1) num_threads(n_threads)
+#pragma omp parallel for schedule(dynamic, 1) num_threads(n_threads) if (n_threads > 1)
       for (int64_t k = 0; k < n_pieces; ++k)
         pieces[k].result = count_nonfinite_bytes(h + pieces[k].offset, pieces[k].size, tensors[pieces[k].tensor].dtype);
       std::vector<uint64_t> bad(tensors.size(), 0);

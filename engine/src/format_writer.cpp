@@ -2,8 +2,8 @@
 //
 // Layout: header (128 B), directory entries in the given order, zero padding to a multiple of 64, then each
 // tensor's data at the next multiple of 64 with zero padding between; file_size = end of the last tensor.
-// The content is validated with the loader's rules first. The bytes go to "<path>.tmp-<pid>-<n>" in the same
-// folder (O_EXCL), are fsynced, renamed over `path`, and the folder is fsynced: a killed writer leaves at most a
+// The content is validated with the loader's rules first. The bytes go to "<path>.tmp-XXXXXX" (mkstemp) in the same
+// folder, are fsynced, renamed over `path`, and the folder is fsynced: a killed writer leaves at most a
 // temporary file, never a partial file under the final name.
 // WeightFileWriter streams: the layout is fixed from names, dtypes and shapes, the data is appended tensor by tensor
 // (CRCs computed on the way), and the header and directory are written over their reserved bytes at commit().
@@ -14,8 +14,8 @@
 #include "engine/src/format_internal.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <memory>
@@ -33,14 +33,10 @@ namespace {
 
 class TempFile {
  public:
-  explicit TempFile(const std::string& final_path) : final_(final_path) {
-    static std::atomic<uint64_t> counter{0};  // unique temp names across threads of one process
-    for (int attempt = 0; attempt < 100 && fd_ < 0; ++attempt) {
-      tmp_ = final_ + ".tmp-" + std::to_string(::getpid()) + "-" + std::to_string(counter++);
-      fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-      if (fd_ < 0 && errno != EEXIST) break;
-    }
+  explicit TempFile(const std::string& final_path) : final_(final_path), tmp_(final_path + ".tmp-XXXXXX") {
+    fd_ = ::mkstemp(tmp_.data());  // unique name, created with O_EXCL
     if (fd_ < 0) throw Error(final_ + ": cannot create a temporary file beside it: " + std::strerror(errno));
+    ::fchmod(fd_, 0644);  // mkstemp makes 0600; a model file is meant to be readable
   }
   ~TempFile() {
     if (fd_ >= 0) ::close(fd_);

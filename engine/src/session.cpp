@@ -54,6 +54,9 @@ std::span<const float> Session::prefill(std::span<const uint32_t> tokens, bool a
                 std::to_string(tokens.size()) + " new > limit " + std::to_string(s.max_context));
 
   s.logits.clear();
+  // Capture: [n_heads][tokens.size()][n_past + tokens.size()], filled chunk by chunk (masked keys stay 0).
+  const size_t cap_rows = tokens.size(), cap_keys = s.n_past + tokens.size();
+  if (s.capture_layer >= 0) s.captured_flat.assign(size_t{c.n_heads} * cap_rows * cap_keys, 0.0f);
   for (size_t start = 0; start < tokens.size(); start += s.max_batch) {
     const size_t n = std::min(s.max_batch, tokens.size() - start);
     const size_t pos0 = s.n_past;
@@ -62,14 +65,19 @@ std::span<const float> Session::prefill(std::span<const uint32_t> tokens, bool a
     else
       gpt2_forward(s, tokens.data() + start, n, pos0);
     s.n_past += n;
+    if (s.capture_layer >= 0) {
+      // This chunk's probabilities: [n_heads][n][pos0 + n] -> rows start .. start + n of the capture.
+      const ops::AttentionProbs& cp = s.captured;
+      for (size_t h = 0; h < cp.n_heads; ++h)
+        for (size_t i = 0; i < cp.n_queries; ++i)
+          std::copy_n(cp.probs.data() + (h * cp.n_queries + i) * cp.n_keys, cp.n_keys,
+                      s.captured_flat.data() + (h * cap_rows + start + i) * cap_keys);
+    }
     const bool last_chunk = start + n == tokens.size();
     if (all_logits)
       run_lm_head(s, 0, n);
     else if (last_chunk)
       run_lm_head(s, n - 1, n);
-  }
-  if (s.capture_layer >= 0) {
-    s.captured_flat = s.captured.probs;
   }
   return {s.logits.data(), s.logits.size()};
 }

@@ -5,6 +5,8 @@
 
 #include <sqrtdk/error.h>
 
+#include <algorithm>
+#include <initializer_list>
 #include <string>
 
 namespace sqrtdk::ops {

@@ -1,10 +1,14 @@
 // Attention: argument checks, path choice, work partition and threading; the kernels are in attention_simd.h
 // (fused), attention_unfused.cpp (GEMM + softmax) and attention_ref.cpp (the spec).
 //
-// Path choice (automatic): measured with bench-attention on the 2-core Zen 5 VM (2026-11-30, see README
-// results): the fused path was faster than the unfused one at every benchmarked prefill and decode shape at 1 and
-// 2 threads, so automatic takes fused, except when the observer hook asks for the probabilities (unfused computes
-// them anyway). SQRTDK_ATTENTION=fused|unfused forces a path.
+// Path choice (automatic): fused, except when the observer hook asks for the probabilities (the unfused path
+// materializes them anyway). Measured on the 2-core Zen 5 VM on 2026-11-30 while it was heavily shared (load
+// average 9-24 on 2 cores, so absolute figures are low and noisy): interleaved fused/unfused runs, 1 thread, avx512,
+// ratio of the fastest of 11-21 runs each: prefill 12x64 n=m=128: 1.99; 32x128 n=m=128: 2.70; 12x64 n=m=512: 2.69;
+// decode 12x64 m=2048: 1.22; decode 32/8x128 m=8192: 2.10; decode 12x64 m=8192: 0.93 (within the noise seen there).
+// bench-attention's medians in the same session (README / report) agree except where a run was disturbed. No
+// crossover was found, so there is no shape rule yet; bench-attention reports the fused/unfused ratio per shape so
+// a rule can be added here if a quiet machine shows one. SQRTDK_ATTENTION=fused|unfused forces a path.
 #include "ops/attention/attention.h"
 
 #include "engine/src/aligned_buffer.h"

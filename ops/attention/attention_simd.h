@@ -223,25 +223,8 @@ void fused_prefill_item(const AttentionParams& p, const FusedPlan& plan, size_t 
         }
       }
     }
-    // Online softmax, vectorized over rows.
-    for (size_t r = 0; r < Rp; r += W) {
-      V mt(-inf);
-      for (size_t j = 0; j < nk; ++j) mt = xsimd::max(mt, V::load_unaligned(st + j * Rp + r));
-      const V m_old = V::load_unaligned(m + r);
-      const V m_new = xsimd::max(m_old, mt);
-      // A row that has seen only masked keys keeps max -inf: shift by 0 then (exp(-inf) = 0, no NaN).
-      const V shift = xsimd::select(m_new == V(-inf), V(0.0f), m_new);
-      V sum(0.0f);
-      for (size_t j = 0; j < nk; ++j) {
-        const V e = exp_rr2_p5<Arch>(V::load_unaligned(st + j * Rp + r) - shift);
-        e.store_unaligned(st + j * Rp + r);
-        sum += e;
-      }
-      const V a = exp_rr2_p5<Arch>(m_old - shift);  // 0 on the first tile (m_old = -inf)
-      (xsimd::fma(V::load_unaligned(l + r), a, sum)).store_unaligned(l + r);
-      m_new.store_unaligned(m + r);
-      a.store_unaligned(alpha + r);
-    }
+    // Online softmax, vectorized over rows: probabilities in place, running max/sum updated, alpha per row.
+    online_softmax_columns<Arch>(st, nk, Rp, m, l, alpha);
     if (kt > 0) {
       for (size_t r = 0; r < R; ++r) {
         if (alpha[r] == 1.0f) continue;
@@ -286,20 +269,24 @@ void decode_chunk(const AttentionParams& p, const DecodePlan& plan, size_t g, si
   const float* vg = p.v_cache + (g * p.cache_stride + k0) * d;
   const size_t d_full = d / W * W;
   const LaneMask<Arch> d_tail(d - d_full == 0 ? W : d - d_full);
-  // Scores of W keys at once: W accumulators (one per key) over head_dim, reduced together with haddp.
+  // Scores of W keys at once: W accumulators (one per key) over head_dim, reduced together. The loops over the W
+  // keys have constant bounds so the accumulators stay in registers; past the chunk's end the last key is
+  // re-read (valid memory) and its lanes are not stored.
   for (size_t j0 = 0; j0 < nk; j0 += W) {
     const size_t nj = std::min(W, nk - j0);
+    const float* krow[W];
+    for (size_t j = 0; j < W; ++j) krow[j] = kg + (j0 + std::min(j, nj - 1)) * d;
     for (size_t hh = 0; hh < G; ++hh) {
       const float* qh = qs + hh * dp;
       V acc[W];
       for (size_t j = 0; j < W; ++j) acc[j] = V(0.0f);
       for (size_t c = 0; c < d_full; c += W) {
         const V qv = V::load_aligned(qh + c);
-        for (size_t j = 0; j < nj; ++j) acc[j] = xsimd::fma(V::load_unaligned(kg + (j0 + j) * d + c), qv, acc[j]);
+        for (size_t j = 0; j < W; ++j) acc[j] = xsimd::fma(V::load_unaligned(krow[j] + c), qv, acc[j]);
       }
       if (d_full < d) {
         const V qv = V::load_aligned(qh + d_full);
-        for (size_t j = 0; j < nj; ++j) acc[j] = xsimd::fma(d_tail.load(kg + (j0 + j) * d + d_full), qv, acc[j]);
+        for (size_t j = 0; j < W; ++j) acc[j] = xsimd::fma(d_tail.load(krow[j] + d_full), qv, acc[j]);
       }
       const V sums = sum_lanes<Arch>(acc);
       if (nj == W)

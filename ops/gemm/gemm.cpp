@@ -174,7 +174,7 @@ void run_blocked(const IsaKernels& kern, const GemmCall& call, int n_threads) {
   const Grid grid = choose_grid(call.M, call.N, bs, nt);
   const size_t k_block = std::min(gemm_detail::k_slice(bs, call.M, call.K), call.K);
   const size_t rows = std::min(bs.mc, (call.M + bs.mr - 1) / bs.mr * bs.mr);
-  const size_t a_pack_floats = rows * k_block;
+  const size_t a_pack_floats = call.M == 1 ? 0 : rows * call.K;
   // An epilogue operand that overlaps dst must be read before dst is written: with several K slices dst holds
   // partial sums first, so such operands (and any inexact overlap) are copied per region before the kernel runs.
   const bool sliced = k_block < call.K;

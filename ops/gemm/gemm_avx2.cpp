@@ -28,8 +28,9 @@ using Arch = xsimd::fma3<xsimd::avx2>;
 constexpr int kMr = 6, kNv = 2, kDecodeU = 4;
 }  // namespace
 
-// Measured on the project machine (Zen 5, 2 cores, shared), bench-gemm --isa avx2, 2026-11-30.
-BlockSizes gemm_block_sizes_avx2() { return {kMr, kNv * 8, 256, 24 * kMr}; }
+// Block sizes: kc 256 keeps the 256×16 B micro-panel (16 KiB) in L1 with room for the streaming A panel; mc 96 and
+// nc 768 as for avx512 (same L2). Not tuned separately (see ops/gemm/README.md for the measured AVX2 figures).
+BlockSizes gemm_block_sizes_avx2() { return {kMr, kNv * 8, 256, 96, 768}; }
 
 void gemm_region_avx2(const GemmCall& call, size_t m0, size_t m1, size_t n0, size_t n1, float* a_pack) {
   gemm_simd::gemm_region<Arch, kMr, kNv, kDecodeU>(gemm_block_sizes_avx2(), call, m0, m1, n0, n1, a_pack);

@@ -14,7 +14,8 @@ struct BlockSizes {
   size_t mr;  // microkernel rows
   size_t nr;  // microkernel columns = packed panel width
   size_t kc;  // K slice: a B micro-panel kc×nr stays in L1 while A micro-panels stream from L2
-  size_t mc;  // rows of A packed per block (a multiple of mr): mc×kc floats sit in L2
+  size_t mc;  // rows of A per block (a multiple of mr): an mc×kc slice of packed A sits in L2
+  size_t nc;  // columns per block (a multiple of nr): the mc×nc partial sums stay in L2 across K slices
 };
 
 // One call, as the kernels see it. Epilogue pointers are indexed by global (m, n).

@@ -75,6 +75,30 @@ Vec<Arch> apply_epilogue(Vec<Arch> v, const GemmCall& call, size_t m, size_t n, 
   return v;
 }
 
+// Writes a finished tile (accumulators spilled to `tile` [rows][NR]) to C: adds the partial sums already in C when
+// `accumulate`, applies alpha and the epilogue when `last`, masks the columns past n. Kept out of line so the
+// epilogue's register pressure (exp/tanh) never makes the compiler spill the microkernel's accumulators.
+template <class Arch, int NV>
+__attribute__((noinline)) void store_tile(const float* tile, size_t rows, float* c, size_t ldc, size_t n,
+                                          bool accumulate, const GemmCall* last, size_t m_global, size_t n_global) {
+  using V = Vec<Arch>;
+  constexpr size_t L = V::size, NR = NV * L;
+  const float alpha = last ? last->alpha : 1.0f;
+  for (size_t r = 0; r < rows; ++r) {
+    float* cr = c + r * ldc;
+    for (size_t j = 0; j < NV && j * L < n; ++j) {
+      const size_t count = std::min(L, n - j * L);
+      V v = V::load_aligned(tile + r * NR + j * L);
+      if (accumulate) v += load_n<Arch>(cr + j * L, count);
+      if (last) {
+        if (alpha != 1.0f) v *= V(alpha);
+        v = apply_epilogue<Arch>(v, *last, m_global + r, n_global + j * L, count);
+      }
+      store_n<Arch>(cr + j * L, v, count);
+    }
+  }
+}
+
 // See the contract at the top. `last`: the call whose epilogue to apply (nullptr if not the last K slice);
 // (m_global, n_global): the tile's origin in dst, for the epilogue operands.
 template <class Arch, int MR, int NV>
@@ -83,11 +107,18 @@ void gemm_ukernel(size_t kc, const float* __restrict a, size_t a_step, const flo
   using V = Vec<Arch>;
   constexpr size_t L = V::size, NR = NV * L;
   assert(n >= 1 && n <= NR);
+  // The C tile is touched only after the K loop; its rows are ldc apart (no hardware stream), so ask for them now
+  // and the misses overlap the FMAs instead of stalling the stores.
+#pragma GCC unroll 16
+  for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 8
+    for (int j = 0; j < NV; ++j) __builtin_prefetch(c + r * ldc + j * L, 1);
   V acc[MR][NV];
 #pragma GCC unroll 16
   for (int r = 0; r < MR; ++r)
 #pragma GCC unroll 8
     for (int j = 0; j < NV; ++j) acc[r][j] = V(0.0f);
+#pragma GCC unroll 4
   for (size_t k = 0; k < kc; ++k) {
     V bv[NV];
 #pragma GCC unroll 8
@@ -99,23 +130,12 @@ void gemm_ukernel(size_t kc, const float* __restrict a, size_t a_step, const flo
       for (int j = 0; j < NV; ++j) acc[r][j] = xsimd::fma(av, bv[j], acc[r][j]);
     }
   }
-  const float alpha = last ? last->alpha : 1.0f;
+  alignas(64) float tile[MR * NR];
 #pragma GCC unroll 16
-  for (int r = 0; r < MR; ++r) {
-    float* cr = c + r * ldc;
+  for (int r = 0; r < MR; ++r)
 #pragma GCC unroll 8
-    for (int j = 0; j < NV; ++j) {
-      if (j * L >= n) break;
-      const size_t count = std::min(L, n - j * L);
-      V v = acc[r][j];
-      if (accumulate) v += load_n<Arch>(cr + j * L, count);
-      if (last) {
-        if (alpha != 1.0f) v *= V(alpha);
-        v = apply_epilogue<Arch>(v, *last, m_global + r, n_global + j * L, count);
-      }
-      store_n<Arch>(cr + j * L, v, count);
-    }
-  }
+    for (int j = 0; j < NV; ++j) acc[r][j].store_aligned(tile + r * NR + j * L);
+  store_tile<Arch, NV>(tile, MR, c, ldc, n, accumulate, last, m_global, n_global);
 }
 
 template <class Arch, int MR, int NV>
@@ -142,8 +162,6 @@ void gemm_decode_panel(size_t K, const float* __restrict a, const float* __restr
     for (int j = 0; j < NV; ++j) acc[u][j] = V(0.0f);
   size_t k = 0;
   for (; k + U <= K; k += U) {
-    // Hardware prefetch follows the linear stream; a software hint 2 KiB ahead keeps enough lines in flight.
-    __builtin_prefetch(b + k * NR + 512);
 #pragma GCC unroll 8
     for (int u = 0; u < U; ++u) {
       const V av(a[k + u]);
@@ -162,15 +180,10 @@ void gemm_decode_panel(size_t K, const float* __restrict a, const float* __restr
     for (int u = 0; u + step < U; u += 2 * step)
 #pragma GCC unroll 8
       for (int j = 0; j < NV; ++j) acc[u][j] += acc[u + step][j];
+  alignas(64) float tile[NR];
 #pragma GCC unroll 8
-  for (int j = 0; j < NV; ++j) {
-    if (j * L >= n) break;
-    const size_t count = std::min(L, n - j * L);
-    V v = acc[0][j];
-    if (call.alpha != 1.0f) v *= V(call.alpha);
-    v = apply_epilogue<Arch>(v, call, 0, n_global + j * L, count);
-    store_n<Arch>(c + j * L, v, count);
-  }
+  for (int j = 0; j < NV; ++j) acc[0][j].store_aligned(tile + j * L);
+  store_tile<Arch, NV>(tile, 1, c, 0, n, false, &call, 0, n_global);
 }
 
 // Packs A rows [0, mc) × columns [0, kc) (row stride lda) into micro-panels of mr rows: panel p at
@@ -189,8 +202,10 @@ void pack_a_block(const float* src, size_t lda, size_t mc, size_t kc, size_t mr,
   }
 }
 
-// The five loops (NC is the whole of the thread's column range: the weights are packed once, so there is no B
-// packing loop), for one thread's region of dst.
+// The five loops for one thread's region of dst. The weights are packed once at load, so there is no B packing
+// loop; A is packed once per MC row block for the whole K (one [kc][mr] micro-panel set per K slice), so the
+// NC × KC loops inside can revisit it. Order: ic (MC rows) → jc (NC columns: the MC × NC partial sums stay in L2
+// across the K slices) → pc (KC) → jr (NR: the kc × NR B micro-panel stays in L1) → ir (MR: A streams from L2).
 template <class Arch, int MR, int NV, int DecodeU>
 void gemm_region(const BlockSizes& bs, const GemmCall& call, size_t m0, size_t m1, size_t n0, size_t n1,
                  float* a_pack) {
@@ -205,19 +220,26 @@ void gemm_region(const BlockSizes& bs, const GemmCall& call, size_t m0, size_t m
   }
   const auto& kernels = UkernelTable<Arch, MR, NV>::fns;
   const size_t k_block = gemm_detail::k_slice(bs, call.M, K);
-  for (size_t pc = 0; pc < K; pc += k_block) {
-    const size_t kc = std::min(k_block, K - pc);
-    const GemmCall* last = pc + kc == K ? &call : nullptr;
-    for (size_t ic = m0; ic < m1; ic += bs.mc) {
-      const size_t mc = std::min(bs.mc, m1 - ic);
-      pack_a_block<Arch>(call.src + ic * call.lda + pc, call.lda, mc, kc, MR, a_pack);
-      for (size_t jr = n0; jr < n1; jr += NR) {
-        const float* b = call.panels + jr * K + pc * NR;
-        const size_t n = std::min(NR, n1 - jr);
-        for (size_t ir = 0; ir < mc; ir += MR) {
-          const size_t m = std::min<size_t>(MR, mc - ir);
-          kernels[m - 1](kc, a_pack + ir * kc, MR, b, call.dst + (ic + ir) * call.ldc + jr, call.ldc, n, pc > 0,
-                         last, ic + ir, jr);
+  for (size_t ic = m0; ic < m1; ic += bs.mc) {
+    const size_t mc = std::min(bs.mc, m1 - ic), mc_pad = (mc + MR - 1) / MR * MR;
+    // K slice pc of this row block starts at a_pack + pc·mc_pad.
+    for (size_t pc = 0; pc < K; pc += k_block)
+      pack_a_block<Arch>(call.src + ic * call.lda + pc, call.lda, mc, std::min(k_block, K - pc), MR,
+                         a_pack + pc * mc_pad);
+    for (size_t jc = n0; jc < n1; jc += bs.nc) {
+      const size_t jc_end = std::min(n1, jc + bs.nc);
+      for (size_t pc = 0; pc < K; pc += k_block) {
+        const size_t kc = std::min(k_block, K - pc);
+        const GemmCall* last = pc + kc == K ? &call : nullptr;
+        const float* a_slice = a_pack + pc * mc_pad;
+        for (size_t jr = jc; jr < jc_end; jr += NR) {
+          const float* b = call.panels + jr * K + pc * NR;
+          const size_t n = std::min(NR, jc_end - jr);
+          for (size_t ir = 0; ir < mc; ir += MR) {
+            const size_t m = std::min<size_t>(MR, mc - ir);
+            kernels[m - 1](kc, a_slice + ir * kc, MR, b, call.dst + (ic + ir) * call.ldc + jr, call.ldc, n, pc > 0,
+                           last, ic + ir, jr);
+          }
         }
       }
     }

@@ -5,7 +5,8 @@
 //   load_partial / store_partial  first n < W lanes (masked load/store, never touching memory past n)
 //   exp_rr2_p5                   vectorized exp (contract in softmax.h)
 //   softmax_row                  one row: max, exp + sum, normalize (scale, additive mask, valid length fused)
-//   online_softmax_block         fold a block of one row into an OnlineSoftmaxState
+//   online_softmax_block         fold a block of one row into an OnlineSoftmaxState (decode chunks)
+//   online_softmax_columns       the same for many rows at once, vectorized over rows (fused prefill tiles)
 #pragma once
 
 #include "ops/softmax/softmax.h"
@@ -13,12 +14,16 @@
 // GCC 12.2 warns "__Y may be used uninitialized" inside its own AVX-512 intrinsic headers (_mm512_undefined_ps,
 // GCC PR 105593, fixed in 12.3). The warning takes the pragma state at the header's location, so silence it here,
 // around the first inclusion of the intrinsic headers.
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <immintrin.h>
 #include <xsimd/xsimd.hpp>
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
+#endif
 
 #include <algorithm>
 #include <cassert>
@@ -73,10 +78,9 @@ inline float reduce_max(Batch<Arch> v) {
 template <class Arch>
 inline Batch<Arch> exp_rr2_p5(Batch<Arch> x) {
   using B = Batch<Arch>;
-  // Clamp so n stays in [-150, 129] (both scale halves normal); select keeps NaN (comparisons with NaN are false).
-  const B lo(-104.0f), hi(89.0f);
-  B xc = xsimd::select(x < lo, lo, x);
-  xc = xsimd::select(xc > hi, hi, xc);
+  // Clamp so n stays in [-150, 129] (both scale halves normal, t accurate; exp(-inf) = 0). x86 max/min return
+  // their second operand when either is NaN, and xsimd::max(a, b) is vmaxps(a, b): x second keeps NaN.
+  const B xc = xsimd::min(B(89.0f), xsimd::max(B(-104.0f), x));
   const B n = xsimd::nearbyint(xc * B(0x1.715476p+0f));
   // t = x - n*ln2 in two steps: ln2_hi has 8 trailing zero bits, so n*ln2_hi is exact for |n| <= 2^8.
   B t = xsimd::fnma(n, B(0x1.62E400p-1f), xc);
@@ -162,32 +166,37 @@ inline void softmax_row(const float* src, float* dst, size_t n_valid, size_t n_c
     for (size_t i = n_valid; i < n_cols; ++i) dst[i] = 0.0f;
     return;
   }
+  // z = y - max, with the subtraction folded into the scaling FMA when there is no mask.
+  const B neg_max(-row_max);
+  auto z_at = [&](size_t j) {
+    const B x = B::load_unaligned(src + j);
+    return mask ? xsimd::fma(x, vscale, B::load_unaligned(mask + j)) + neg_max : xsimd::fma(x, vscale, neg_max);
+  };
   // Pass 2: e = exp(y - max), stored, summed. A NaN anywhere makes the sum NaN, so pass 3 spreads it to the row.
   // The sum runs in float within chunks of 16 vectors and in double across chunks, so long rows (100 000 columns)
   // still sum to 1 within 1e-6 after normalization.
-  const B vmax(row_max);
   double sum = 0.0;
   j = 0;
   while (j + W <= n_valid) {
     const size_t chunk_end = std::min(n_valid - (n_valid - j) % W, j + 16 * W);
     B s0(0.0f), s1(0.0f);
     for (; j + 2 * W <= chunk_end; j += 2 * W) {
-      const B e0 = exp_rr2_p5<Arch>(y_at(j) - vmax);
-      const B e1 = exp_rr2_p5<Arch>(y_at(j + W) - vmax);
+      const B e0 = exp_rr2_p5<Arch>(z_at(j));
+      const B e1 = exp_rr2_p5<Arch>(z_at(j + W));
       e0.store_unaligned(dst + j);
       e1.store_unaligned(dst + j + W);
       s0 += e0;
       s1 += e1;
     }
     for (; j < chunk_end; j += W) {
-      const B e = exp_rr2_p5<Arch>(y_at(j) - vmax);
+      const B e = exp_rr2_p5<Arch>(z_at(j));
       e.store_unaligned(dst + j);
       s0 += e;
     }
     sum += xsimd::hadd(s0 + s1);
   }
   if (j < n_valid) {
-    const B e = fill_from<Arch>(exp_rr2_p5<Arch>(y_tail(j) - vmax), n_valid - j, 0.0f);
+    const B e = fill_from<Arch>(exp_rr2_p5<Arch>(y_tail(j) + neg_max), n_valid - j, 0.0f);
     store_partial<Arch>(dst + j, e, n_valid - j);
     sum += xsimd::hadd(e);
   }
@@ -242,6 +251,34 @@ inline float online_softmax_block(OnlineSoftmaxState& state, float* scores, size
   state.sum = state.sum * factor + xsimd::hadd(s);
   state.max = new_max;
   return factor;
+}
+
+// The online softmax of fused attention, vectorized over rows: scores are stored transposed, s[j*ld + r] = score of
+// key j for row r (j < n_keys, r < n_rows, n_rows a multiple of W). For each row: new max m' = max(m, max_j s),
+// s <- exp(s - m'), l <- l*exp(m - m') + sum_j s, m <- m', alpha[r] = exp(m - m') (the factor for the row's
+// accumulator; 0 on the first block). A row that has seen only -inf keeps m = -inf, l = 0 and gets zeros, no NaN.
+template <class Arch>
+inline void online_softmax_columns(float* s, size_t n_keys, size_t ld, float* m, float* l, float* alpha) {
+  using B = Batch<Arch>;
+  constexpr size_t W = B::size;
+  const float inf = std::numeric_limits<float>::infinity();
+  for (size_t r = 0; r < ld; r += W) {
+    B mt(-inf);
+    for (size_t j = 0; j < n_keys; ++j) mt = xsimd::max(mt, B::load_unaligned(s + j * ld + r));
+    const B m_old = B::load_unaligned(m + r);
+    const B m_new = xsimd::max(m_old, mt);
+    const B shift = xsimd::select(m_new == B(-inf), B(0.0f), m_new);
+    B sum(0.0f);
+    for (size_t j = 0; j < n_keys; ++j) {
+      const B e = exp_rr2_p5<Arch>(B::load_unaligned(s + j * ld + r) - shift);
+      e.store_unaligned(s + j * ld + r);
+      sum += e;
+    }
+    const B a = exp_rr2_p5<Arch>(m_old - shift);
+    xsimd::fma(B::load_unaligned(l + r), a, sum).store_unaligned(l + r);
+    m_new.store_unaligned(m + r);
+    a.store_unaligned(alpha + r);
+  }
 }
 
 }  // namespace sqrtdk::ops::simd

@@ -448,9 +448,13 @@ TEST_CASE("convert: bad checkpoints and configs are errors naming the field or t
   reset("llama_mha");
   rewrite([&](auto& ts) {
     for (auto& t : ts)
-      if (t.name == "model.layers.1.mlp.down_proj.weight") {
-        const float big = 1e6f;
-        std::memcpy(t.data.data() + 8, &big, 4);
+      if (t.name == "model.layers.1.mlp.down_proj.weight") {  // as F32 (whatever the fixture's dtype), one 1e6
+        uint64_t n = 1;
+        for (uint64_t d : t.shape) n *= d;
+        std::vector<float> values(n, 0.01f);
+        values[2] = 1e6f;
+        t.dtype = "F32";
+        t.data = f32_bytes(values);
       }
   });
   ConvertOptions narrow;

@@ -69,7 +69,8 @@ TEST_CASE("session: every ISA matches the reference forward, all positions") {
     const auto want = reference_forward(*WeightFile::open(path), tokens);
     for (Isa isa : supported_isas()) {
       CAPTURE(c.name);
-      CAPTURE(isa_name(isa));
+      const std::string isa_str = isa_name(isa);
+      CAPTURE(isa_str);
       ModelOptions mo;
       mo.isa = static_cast<int>(isa);
       Session s(Model::load(path, mo));

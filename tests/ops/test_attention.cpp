@@ -128,7 +128,7 @@ TEST_CASE("attention: both paths match attention_ref, long shapes (one head conf
     for (bool causal : {true, false}) {
       if (c.nq == 1000 && !causal) continue;  // the reference alone would take seconds
       Problem pr(c.hc.n_heads, c.hc.n_kv_heads, c.d, c.nq, c.nk - c.nq, unsigned(c.nq + c.nk));
-      check_against_ref(pr, causal, "long", false, 2);
+      check_against_ref(pr, causal, "long", false, c.nq == 129 ? 2 : 1);
     }
 }
 

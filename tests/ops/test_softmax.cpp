@@ -134,6 +134,7 @@ TEST_CASE("softmax: scale, additive mask, causal mask and strides against the re
         softmax_rows_ref(n_rows, n_cols, x.data(), ld, ref.data(), ld, scale, mask);
         for (Isa isa : supported_isas()) {
           for (int threads : {1, 2}) {
+            if (threads == 2 && scale != 0.125f) continue;  // the row split is tested once per shape (keeps it fast)
             CAPTURE(std::string(isa_name(isa)));
             CAPTURE(n_cols);
             CAPTURE(mode);

@@ -15,11 +15,16 @@ void ModelArgs::add_to(CLI::App& cmd, bool with_threads) {
   if (with_threads) cmd.add_option("-t,--threads", threads, "threads (0: all cores)")->check(CLI::NonNegativeNumber);
   cmd.add_option("--isa", isa, "force an ISA: ref, avx2, avx512 (default: best, or SQRTDK_ISA)");
   cmd.add_flag("--no-verify", no_verify, "skip the per-tensor CRC-32 check at load");
+  cmd.add_flag("--check-finite", check_finite, "refuse a model whose weights hold NaN or Inf (names the tensor)");
+  cmd.add_option("--max-model-mb", max_model_mb, "refuse model files larger than this (MiB; 0 = no cap)")
+      ->check(CLI::NonNegativeNumber);
 }
 
 std::shared_ptr<const Model> ModelArgs::load() const {
   ModelOptions options;
   options.load.verify_checksums = !no_verify;
+  options.load.check_finite = check_finite;
+  options.load.max_bytes = static_cast<uint64_t>(max_model_mb * 1048576.0);
   options.n_threads = threads;
   if (!isa.empty()) options.isa = static_cast<int>(parse_isa(isa));
   return Model::load(model.empty() ? default_model_path() : model, options);

@@ -19,6 +19,8 @@ struct ModelArgs {
   int threads = 0;
   std::string isa;
   bool no_verify = false;
+  bool check_finite = false;
+  double max_model_mb = 0;
   // with_threads false: the subcommand defines its own --threads (e.g. a list).
   void add_to(CLI::App& cmd, bool with_threads = true);
   std::shared_ptr<const Model> load() const;

@@ -47,7 +47,7 @@ double flops_per_token(const ModelConfig& c, size_t pos) {
 }
 
 struct Row {
-  int threads;
+  int threads = 1;
   std::vector<std::pair<size_t, double>> prefill;  // (tokens, tokens/s)
   std::vector<double> prefill_roof_pct;
   double decode_tps = 0, decode_roof_pct = 0, decode_roof_tps = 0;
@@ -81,7 +81,8 @@ void run(const BenchArgs& a) {
     kv_bytes = session.kv_cache_bytes();
     scratch_bytes = session.scratch_bytes();
     const MachineRoofs roofs = cached_machine_roofs(model->isa(), static_cast<int>(t));
-    Row row{static_cast<int>(t)};
+    Row row;
+    row.threads = static_cast<int>(t);
     for (uint32_t n : prefill_list) {
       std::vector<double> tps;
       for (int r = 0; r <= a.reps; ++r) {  // rep 0 is the warm-up

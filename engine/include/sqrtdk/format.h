@@ -151,10 +151,9 @@ class WeightFileWriter {
   std::unique_ptr<State> state_;
 };
 
-// CRC-32 (ISO-HDLC; the same value as Python's zlib.crc32(data, crc)). Uses PCLMULQDQ folding when the CPU has it,
-// else a slicing-by-8 table; crc32_table() is the portable path alone (for tests and benchmarks).
+// CRC-32 (ISO-HDLC; the same value as Python's zlib.crc32(data, crc)). Uses VPCLMULQDQ or PCLMULQDQ folding when
+// the CPU has it, else slicing-by-8 tables (engine/src/format_crc32.cpp).
 uint32_t crc32(const void* data, size_t size, uint32_t crc = 0);
-uint32_t crc32_table(const void* data, size_t size, uint32_t crc = 0);
 
 // f16/bf16 <-> f32 conversions (round to nearest even when narrowing).
 float f16_to_f32(uint16_t h);

@@ -67,8 +67,10 @@ class Session {
 
   // Per-op observer (nullptr to remove); costs nothing when unset.
   void set_op_observer(OpObserver observer);
-  // Attention-probability capture for one layer (attention maps): after the next prefill, probs holds
-  // [n_heads][n_queries][n_keys] of that layer. layer < 0 disables. Forces the unfused path for that layer only.
+  // Attention-probability capture for one layer (attention maps): after each prefill/decode, captured_attention()
+  // holds [n_heads][n_queries][n_keys] of that layer, n_queries = the call's tokens (all chunks of a long prompt),
+  // n_keys = n_past() (every key so far; masked entries 0). scale_override > 0 replaces 1/√head_dim for that layer.
+  // layer < 0 disables. Forces the unfused path for that layer only.
   void capture_attention(int layer, float scale_override = 0.0f);
   const std::vector<float>& captured_attention() const;
 

@@ -1,0 +1,231 @@
+// bench-attention: multi-head attention, prefill and decode, fused vs unfused (ours) vs an unfused path built
+// from oneDNN primitives (matmul with output scale [+ causal mask as a binary-add post-op], softmax, matmul), same
+// run. Prefill: GFLOP/s counting 4·n·m·d per head (halved for causal), % of the FMA peak measured in this run,
+// peak scratch memory. Decode (one query against a cache of m keys): GB/s of K and V read, % of the DRAM read
+// bandwidth measured in this run.
+//   --max-seq N   skip prefill sequences / decode caches longer than N
+#include "ops/attention/attention.h"
+#include "perf/common/bench_util.h"
+
+#include "engine/src/aligned_buffer.h"
+
+#include <dnnl.hpp>
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <random>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+using namespace sqrtdk;
+using namespace sqrtdk::perf;
+using ops::AttentionParams;
+using ops::AttentionPath;
+using ops::AttentionWorkspace;
+
+namespace {
+
+struct HeadConfig {
+  const char* name;
+  size_t n_heads, n_kv_heads, head_dim;
+};
+
+// Q, K/V cache and output for one shape (the cache holds exactly n_keys rows per kv head).
+struct Problem {
+  AlignedBuffer<float> q, k, v, out;
+  AttentionParams p;
+  Problem(const HeadConfig& hc, size_t n_queries, size_t n_keys, bool causal) {
+    const size_t width = hc.n_heads * hc.head_dim;
+    q.allocate(n_queries * width);
+    k.allocate(hc.n_kv_heads * n_keys * hc.head_dim);
+    v.allocate(hc.n_kv_heads * n_keys * hc.head_dim);
+    out.allocate(n_queries * width);
+    std::mt19937 rng(1);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    for (float& x : q) x = u(rng);
+    for (float& x : k) x = u(rng);
+    for (float& x : v) x = u(rng);
+    out.zero();
+    p.n_heads = hc.n_heads, p.n_kv_heads = hc.n_kv_heads, p.head_dim = hc.head_dim;
+    p.n_queries = n_queries, p.pos0 = n_keys - n_queries, p.causal = causal;
+    p.scale = 1.0f / std::sqrt(float(hc.head_dim));
+    p.q = q.data(), p.ldq = width, p.k_cache = k.data(), p.v_cache = v.data(), p.cache_stride = n_keys;
+    p.out = out.data(), p.ldo = width;
+  }
+};
+
+// The oneDNN peer: per head, scores = scale·Q·Kᵀ (+ causal mask) -> softmax -> ·V, primitives created once.
+struct OnednnAttention {
+  dnnl::engine engine{dnnl::engine::kind::cpu, 0};
+  dnnl::stream stream{engine};
+  dnnl::matmul qk, pv;
+  dnnl::softmax_forward sm;
+  dnnl::memory::desc q_md, k_md, s_md, v_md, o_md, mask_md;
+  AlignedBuffer<float> scores, mask;
+  const AttentionParams& p;
+
+  explicit OnednnAttention(const AttentionParams& params) : p(params) {
+    using dim = dnnl::memory::dim;
+    using dt = dnnl::memory::data_type;
+    const dim n = dim(p.n_queries), m = dim(p.n_keys()), d = dim(p.head_dim);
+    q_md = dnnl::memory::desc({n, d}, dt::f32, dnnl::memory::dims{dim(p.ldq), 1});
+    k_md = dnnl::memory::desc({d, m}, dt::f32, dnnl::memory::dims{1, d});  // Kᵀ view of K [m][d]
+    s_md = dnnl::memory::desc({n, m}, dt::f32, dnnl::memory::dims{m, 1});
+    v_md = dnnl::memory::desc({m, d}, dt::f32, dnnl::memory::dims{d, 1});
+    o_md = dnnl::memory::desc({n, d}, dt::f32, dnnl::memory::dims{dim(p.ldo), 1});
+    dnnl::primitive_attr qk_attr;
+    qk_attr.set_output_scales(0, {p.scale});
+    if (p.causal) {
+      mask_md = s_md;
+      mask.allocate(size_t(n * m));
+      for (size_t i = 0; i < p.n_queries; ++i)
+        for (size_t j = 0; j < p.n_keys(); ++j)
+          mask[i * size_t(m) + j] = j > p.pos0 + i ? -std::numeric_limits<float>::infinity() : 0.0f;
+      dnnl::post_ops ops;
+      ops.append_binary(dnnl::algorithm::binary_add, mask_md);
+      qk_attr.set_post_ops(ops);
+    }
+    qk = dnnl::matmul(dnnl::matmul::primitive_desc(dnnl::matmul::desc(q_md, k_md, s_md), qk_attr, engine));
+    pv = dnnl::matmul(dnnl::matmul::primitive_desc(dnnl::matmul::desc(s_md, v_md, o_md), engine));
+    sm = dnnl::softmax_forward(dnnl::softmax_forward::primitive_desc(
+        dnnl::softmax_forward::desc(dnnl::prop_kind::forward_inference, s_md, 1), engine));
+    scores.allocate(size_t(n * m));
+  }
+  size_t bytes() const { return (scores.size() + mask.size()) * sizeof(float); }
+  void run() {
+    const size_t d = p.head_dim, group = p.n_heads / p.n_kv_heads;
+    dnnl::memory s_mem(s_md, engine, scores.data());
+    dnnl::memory mask_mem = p.causal ? dnnl::memory(mask_md, engine, mask.data()) : dnnl::memory();
+    for (size_t h = 0; h < p.n_heads; ++h) {
+      const size_t g = h / group;
+      dnnl::memory q_mem(q_md, engine, const_cast<float*>(p.q + h * d));
+      dnnl::memory k_mem(k_md, engine, const_cast<float*>(p.k_cache + g * p.cache_stride * d));
+      dnnl::memory v_mem(v_md, engine, const_cast<float*>(p.v_cache + g * p.cache_stride * d));
+      dnnl::memory o_mem(o_md, engine, p.out + h * d);
+      std::unordered_map<int, dnnl::memory> qk_args = {
+          {DNNL_ARG_SRC, q_mem}, {DNNL_ARG_WEIGHTS, k_mem}, {DNNL_ARG_DST, s_mem}};
+      if (p.causal) qk_args[DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1] = mask_mem;
+      qk.execute(stream, qk_args);
+      sm.execute(stream, {{DNNL_ARG_SRC, s_mem}, {DNNL_ARG_DST, s_mem}});
+      pv.execute(stream, {{DNNL_ARG_SRC, s_mem}, {DNNL_ARG_WEIGHTS, v_mem}, {DNNL_ARG_DST, o_mem}});
+    }
+    stream.wait();
+  }
+};
+
+// Each row also goes to stderr as soon as it is measured, so a long run that is stopped still leaves its figures.
+void progress(const std::vector<std::string>& cells) {
+  std::string line;
+  for (const auto& c : cells) line += "| " + c + " ";
+  std::fprintf(stderr, "%s|\n", line.c_str());
+}
+
+std::string mib(size_t bytes) { return fmt(double(bytes) / (1 << 20), 2); }
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  BenchArgs args = BenchArgs::parse(
+      argc, argv,
+      "bench-attention: attention prefill GFLOP/s and decode GB/s, fused vs unfused vs oneDNN (matmul + softmax)\n"
+      "  --max-seq N  skip sequences / caches longer than N\n  --prefill-only, --decode-only");
+  size_t max_seq = std::numeric_limits<size_t>::max();
+  bool run_prefill = true, run_decode = true;
+  for (size_t i = 0; i < args.rest.size(); ++i) {
+    if (args.rest[i] == "--max-seq" && i + 1 < args.rest.size()) max_seq = std::stoul(args.rest[i + 1]);
+    if (args.rest[i] == "--decode-only") run_prefill = false;
+    if (args.rest[i] == "--prefill-only") run_decode = false;
+  }
+  const Isa isa = default_isa();
+  nlohmann::json out = {{"machine", machine_json()}, {"isa", isa_name(isa)}, {"prefill", nlohmann::json::array()},
+                        {"decode", nlohmann::json::array()}};
+  out["note"] =
+      "prefill GFLOP/s = 4*n*m*d*n_heads (halved if causal) / s; decode GB/s = K+V bytes / s; medians of reps";
+
+  const HeadConfig prefill_configs[] = {{"12x64", 12, 12, 64}, {"32x128", 32, 32, 128}, {"32/8x128", 32, 8, 128}};
+  std::vector<size_t> seqs = {128, 512, 2048, 4096};
+  const HeadConfig decode_configs[] = {{"12x64", 12, 12, 64}, {"32/8x128", 32, 8, 128}};
+  std::vector<size_t> caches = {128, 512, 2048, 8192};
+  if (args.smoke) seqs = {64}, caches = {300};
+
+  Table prefill({"threads", "heads", "seq", "causal", "fused GF/s", "% peak", "unfused GF/s", "oneDNN GF/s",
+                 "fused/unfused", "fused/oneDNN", "fused MiB", "unfused MiB", "oneDNN MiB"});
+  Table decode({"threads", "heads", "cache", "fused GB/s", "% DRAM", "unfused GB/s", "fused/unfused", "fused us"});
+  for (int t : args.threads) {
+    const double peak = measure_fma_peak_gflops(isa, t, args.smoke);
+    const double bw = measure_read_bandwidth_gbs(t, args.smoke);
+    std::fprintf(stderr, "threads %d: FMA peak %.1f GFLOP/s, DRAM read %.1f GB/s\n", t, peak, bw);
+    out["fma_peak_gflops_" + std::to_string(t)] = peak;
+    out["dram_read_gbs_" + std::to_string(t)] = bw;
+    const int saved_threads = omp_get_max_threads();
+    for (const HeadConfig& hc : prefill_configs) {
+      if (!run_prefill) break;
+      for (size_t n : seqs) {
+        if (n > max_seq) continue;
+        for (bool causal : {false, true}) {
+          Problem pr(hc, n, n, causal);
+          const double flops = 4.0 * double(n) * double(n) * double(hc.head_dim) * double(hc.n_heads) * (causal ? 0.5 : 1.0);
+          AttentionWorkspace ws_fused, ws_unfused;
+          const double s_fused = median_seconds([&] { ops::attention(isa, pr.p, ws_fused, t, AttentionPath::fused); },
+                                                args.reps);
+          const double s_unfused = median_seconds(
+              [&] { ops::attention(isa, pr.p, ws_unfused, t, AttentionPath::unfused); }, args.reps);
+          omp_set_num_threads(t);  // oneDNN plans its split at creation and runs on the OpenMP default
+          OnednnAttention dnnl_attn(pr.p);
+          const double s_dnnl = median_seconds([&] { dnnl_attn.run(); }, args.reps);
+          omp_set_num_threads(saved_threads);
+          const double gf = flops / s_fused / 1e9, gu = flops / s_unfused / 1e9, gd = flops / s_dnnl / 1e9;
+          const std::vector<std::string> cells = {
+              std::to_string(t), hc.name,           std::to_string(n),       causal ? "yes" : "no",
+              fmt(gf),           fmt(100 * gf / peak), fmt(gu),             fmt(gd),
+              fmt(gf / gu, 2),   fmt(gf / gd, 2),   mib(ws_fused.bytes()), mib(ws_unfused.bytes()),
+              mib(dnnl_attn.bytes())};
+          prefill.add(cells);
+          progress(cells);
+          out["prefill"].push_back({{"threads", t}, {"heads", hc.name}, {"seq", n}, {"causal", causal},
+                                    {"fused_gflops", gf}, {"pct_peak", 100 * gf / peak}, {"unfused_gflops", gu},
+                                    {"onednn_gflops", gd}, {"ratio_unfused", gf / gu}, {"ratio_onednn", gf / gd},
+                                    {"fused_scratch_bytes", ws_fused.bytes()},
+                                    {"unfused_scratch_bytes", ws_unfused.bytes()},
+                                    {"onednn_scratch_bytes", dnnl_attn.bytes()}});
+        }
+      }
+    }
+    for (const HeadConfig& hc : decode_configs) {
+      if (!run_decode) break;
+      for (size_t m : caches) {
+        if (m > max_seq) continue;
+        Problem pr(hc, 1, m, true);
+        const double bytes = 2.0 * double(hc.n_kv_heads) * double(m) * double(hc.head_dim) * sizeof(float);
+        AttentionWorkspace ws_fused, ws_unfused;
+        const double s_fused =
+            median_seconds([&] { ops::attention(isa, pr.p, ws_fused, t, AttentionPath::fused); }, args.reps);
+        const double s_unfused =
+            median_seconds([&] { ops::attention(isa, pr.p, ws_unfused, t, AttentionPath::unfused); }, args.reps);
+        const double gb = bytes / s_fused / 1e9, gbu = bytes / s_unfused / 1e9;
+        const std::vector<std::string> cells = {std::to_string(t), hc.name,          std::to_string(m),
+                                                fmt(gb),           fmt(100 * gb / bw), fmt(gbu),
+                                                fmt(gb / gbu, 2),  fmt(s_fused * 1e6)};
+        decode.add(cells);
+        progress(cells);
+        out["decode"].push_back({{"threads", t}, {"heads", hc.name}, {"cache", m}, {"fused_gbs", gb},
+                                 {"pct_dram", 100 * gb / bw}, {"unfused_gbs", gbu}, {"ratio_unfused", gb / gbu},
+                                 {"fused_seconds", s_fused}, {"kv_bytes", bytes}});
+      }
+    }
+    if (!args.json)
+      std::printf("threads %d: FMA peak %.1f GFLOP/s (%s), DRAM read %.1f GB/s\n", t, peak, isa_name(isa), bw);
+  }
+  if (args.json) {
+    std::printf("%s\n", out.dump(2).c_str());
+  } else {
+    std::printf("\nprefill (n = m = seq; GF/s counts 4·n·m·d per head, halved if causal)\n%s", prefill.str().c_str());
+    std::printf("\ndecode (1 query; GB/s of K+V read)\n%s", decode.str().c_str());
+    std::printf("(the machine is a shared 2-core VM: expect 5-20%% noise)\n");
+  }
+  return 0;
+}

@@ -1,0 +1,133 @@
+// Child-process and socket helpers for the sqrtdk-serve tests (see serve_test_util.h).
+#include "tests/serve/serve_test_util.h"
+
+#include <arpa/inet.h>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <fcntl.h>
+#include <fstream>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sstream>
+#include <stdexcept>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <thread>
+#include <unistd.h>
+
+namespace sqrtdk::serve_test {
+
+ServerProcess::ServerProcess(const std::vector<std::string>& args) {
+  int out[2];
+  if (pipe(out) != 0) throw std::runtime_error("pipe failed");
+  std::vector<std::string> argv_s = {SQRTDK_SERVE_BIN, "--host", "127.0.0.1", "--port", "0"};
+  argv_s.insert(argv_s.end(), args.begin(), args.end());
+  pid_ = fork();
+  if (pid_ < 0) throw std::runtime_error("fork failed");
+  if (pid_ == 0) {
+    dup2(out[1], STDOUT_FILENO);
+    close(out[0]);
+    close(out[1]);
+    std::vector<char*> argv;
+    for (auto& s : argv_s) argv.push_back(s.data());
+    argv.push_back(nullptr);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  close(out[1]);
+  std::string line;
+  pollfd p{out[0], POLLIN, 0};
+  for (int waited_ms = 0; waited_ms < 30000;) {
+    if (poll(&p, 1, 100) <= 0) {
+      waited_ms += 100;
+      int status = 0;
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = -1;
+        break;
+      }
+      continue;
+    }
+    char c;
+    if (read(out[0], &c, 1) != 1) break;
+    if (c != '\n') {
+      line += c;
+      continue;
+    }
+    const std::string prefix = "listening on 127.0.0.1:";
+    if (line.rfind(prefix, 0) == 0) {
+      port_ = std::stoi(line.substr(prefix.size()));
+      break;
+    }
+    line.clear();
+  }
+  close(out[0]);
+  if (port_ <= 0) {
+    if (pid_ > 0) stop(SIGKILL);
+    throw std::runtime_error("sqrtdk-serve did not start (last output: '" + line + "')");
+  }
+}
+
+ServerProcess::~ServerProcess() {
+  if (pid_ > 0 && stop(SIGTERM, 10) < 0 && pid_ > 0) stop(SIGKILL);
+}
+
+int ServerProcess::stop(int sig, double timeout_seconds) {
+  if (pid_ <= 0) return -1;
+  kill(pid_, sig);
+  for (double waited = 0; waited < timeout_seconds; waited += 0.01) {
+    int status = 0;
+    if (waitpid(pid_, &status, WNOHANG) == pid_) {
+      pid_ = -1;
+      return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return -1;
+}
+
+bool ServerProcess::running() {
+  if (pid_ <= 0) return false;
+  int status = 0;
+  return waitpid(pid_, &status, WNOHANG) == 0;
+}
+
+size_t ServerProcess::rss_bytes() const {
+  std::ifstream f("/proc/" + std::to_string(pid_) + "/status");
+  std::string key;
+  while (f >> key) {
+    if (key == "VmRSS:") {
+      size_t kb = 0;
+      f >> kb;
+      return kb * 1024;
+    }
+    std::getline(f, key);
+  }
+  return 0;
+}
+
+int connect_loopback(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+double metric_value(const std::string& metrics, const std::string& name) {
+  std::istringstream in(metrics);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(name + " ", 0) == 0) return std::stod(line.substr(name.size() + 1));
+  }
+  return -1;
+}
+
+}  // namespace sqrtdk::serve_test
