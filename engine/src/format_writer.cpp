@@ -5,15 +5,20 @@
 // The content is validated with the loader's rules first. The bytes go to "<path>.tmp-XXXXXX" (mkstemp) in the same
 // folder, are fsynced, renamed over `path`, and the folder is fsynced: a killed writer leaves at most a
 // temporary file, never a partial file under the final name.
+// WeightFileWriter streams: the layout is fixed from names, dtypes and shapes, the data is appended tensor by tensor
+// (CRCs computed on the way), and the header and directory are written over their reserved bytes at commit().
+// write_weight_file is that writer fed with whole tensors.
 #include <sqrtdk/error.h>
 #include <sqrtdk/format.h>
 
 #include "engine/src/format_internal.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <memory>
 #include <unordered_set>
 
 #include <fcntl.h>
@@ -47,10 +52,22 @@ class TempFile {
       size -= static_cast<uint64_t>(n);
     }
   }
+  void write_at(uint64_t offset, const void* data, uint64_t size) {
+    const auto* p = static_cast<const unsigned char*>(data);
+    while (size > 0) {
+      const ssize_t n = ::pwrite(fd_, p, size > (uint64_t{1} << 30) ? (size_t{1} << 30) : size,
+                                 static_cast<off_t>(offset));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) throw Error(final_ + ": write failed: " + std::strerror(n < 0 ? errno : EIO));
+      p += n;
+      offset += static_cast<uint64_t>(n);
+      size -= static_cast<uint64_t>(n);
+    }
+  }
   void zeros(uint64_t n) {
-    static const unsigned char z[64] = {};
+    static const unsigned char z[4096] = {};
     while (n > 0) {
-      const uint64_t k = n < 64 ? n : 64;
+      const uint64_t k = n < sizeof(z) ? n : sizeof(z);
       write(z, k);
       n -= k;
     }
@@ -82,15 +99,31 @@ class TempFile {
 
 }  // namespace
 
-void write_weight_file(const std::string& path, const ModelConfig& config, const std::vector<TensorToWrite>& tensors) {
+struct WeightFileWriter::State {
+  std::string path;
+  std::vector<TensorInfo> infos;       // layout fixed at construction; crc32 filled as data arrives
+  std::vector<size_t> crc_positions;   // where each entry's crc32 sits in `dir`
+  std::vector<unsigned char> dir;
+  unsigned char header[kHeaderSize] = {};
+  uint64_t file_size = 0;
+  std::unique_ptr<TempFile> out;
+  uint64_t pos = 0;        // bytes written to the temporary file so far
+  size_t current = 0;      // tensor receiving data
+  uint64_t written = 0;    // bytes of the current tensor received
+  bool committed = false;
+};
+
+WeightFileWriter::WeightFileWriter(const std::string& path, const ModelConfig& config,
+                                   const std::vector<TensorToDeclare>& tensors)
+    : state_(std::make_unique<State>()) {
+  State& s = *state_;
+  s.path = path;
   config.validate(path);
   if (tensors.size() > UINT32_MAX) throw Error(path + ": too many tensors");
 
   // Directory entries and data layout, with the loader's checks.
-  std::vector<TensorInfo> infos;
-  infos.reserve(tensors.size());
+  s.infos.reserve(tensors.size());
   std::unordered_set<std::string_view> names;
-  std::vector<unsigned char> dir;
   for (const auto& t : tensors) {
     const std::string where = path + ": tensor '" + quote_name(t.name) + "': ";
     if (std::string problem = name_problem(t.name); !problem.empty()) throw Error(where + problem);
@@ -105,13 +138,13 @@ void write_weight_file(const std::string& path, const ModelConfig& config, const
     info.dtype = t.dtype;
     info.shape = t.shape;
     if (__builtin_mul_overflow(n, uint64_t{dtype_size(t.dtype)}, &info.size)) throw Error(where + "size overflows");
-    if (t.data == nullptr) throw Error(where + "no data");
-    info.crc32 = crc32(t.data, info.size);
-    infos.push_back(std::move(info));
+    s.infos.push_back(std::move(info));
   }
-  check_family_tensors(config, infos, path);
+  check_family_tensors(config, s.infos, path);
 
-  for (const auto& info : infos) {
+  std::vector<unsigned char>& dir = s.dir;
+  std::vector<size_t> offset_positions;
+  for (const auto& info : s.infos) {
     auto put = [&](const void* p, size_t n) {
       const auto* b = static_cast<const unsigned char*>(p);
       dir.insert(dir.end(), b, b + n);
@@ -123,37 +156,88 @@ void write_weight_file(const std::string& path, const ModelConfig& config, const
     put(&dtype, 1);
     put(&n_dims, 1);
     for (uint64_t d : info.shape) put(&d, 8);
+    offset_positions.push_back(dir.size());
     dir.resize(dir.size() + 8 + 8);  // offset and size, filled below
-    put(&info.crc32, 4);
+    s.crc_positions.push_back(dir.size());
+    dir.resize(dir.size() + 4);  // crc32, filled as the data arrives
   }
   uint64_t data_offset, end;
   if (!align_up(kHeaderSize + dir.size(), data_offset)) throw Error(path + ": directory too large");
   end = data_offset;
-  size_t entry = 0;
-  for (auto& info : infos) {
+  for (size_t i = 0; i < s.infos.size(); ++i) {
+    TensorInfo& info = s.infos[i];
     if (!align_up(end, info.offset) || __builtin_add_overflow(info.offset, info.size, &end))
       throw Error(path + ": file size overflows");
-    entry += 2 + info.name.size() + 2 + 8 * info.shape.size();
-    std::memcpy(dir.data() + entry, &info.offset, 8);
-    std::memcpy(dir.data() + entry + 8, &info.size, 8);
-    entry += 8 + 8 + 4;
+    std::memcpy(dir.data() + offset_positions[i], &info.offset, 8);
+    std::memcpy(dir.data() + offset_positions[i] + 8, &info.size, 8);
   }
+  s.file_size = end;
+  encode_header(config, static_cast<uint32_t>(s.infos.size()), dir.size(), data_offset, end, s.header);
 
-  unsigned char header[kHeaderSize];
-  encode_header(config, static_cast<uint32_t>(infos.size()), dir.size(), data_offset, end, header);
-  const uint32_t header_crc = crc32(dir.data(), dir.size(), crc32(header, kHeaderCrcOffset));
-  std::memcpy(header + kHeaderCrcOffset, &header_crc, 4);
+  // Header and directory are written last (they hold the CRCs): reserve their bytes now.
+  s.out = std::make_unique<TempFile>(path);
+  s.out->zeros(kHeaderSize + dir.size());
+  s.pos = kHeaderSize + dir.size();
+}
 
-  TempFile out(path);
-  out.write(header, kHeaderSize);
-  out.write(dir.data(), dir.size());
-  uint64_t pos = kHeaderSize + dir.size();
-  for (size_t i = 0; i < infos.size(); ++i) {
-    out.zeros(infos[i].offset - pos);
-    out.write(tensors[i].data, infos[i].size);
-    pos = infos[i].offset + infos[i].size;
+WeightFileWriter::~WeightFileWriter() = default;  // TempFile removes the temporary file unless committed
+
+size_t WeightFileWriter::current_tensor() const { return state_->current; }
+uint64_t WeightFileWriter::file_size() const { return state_->file_size; }
+
+void WeightFileWriter::append(const void* data, uint64_t size) {
+  State& s = *state_;
+  const auto* p = static_cast<const unsigned char*>(data);
+  while (size > 0) {
+    if (s.committed || s.current >= s.infos.size())
+      throw Error(s.path + ": more data appended than the declared tensors hold");
+    TensorInfo& info = s.infos[s.current];
+    if (s.written == 0) {  // first bytes of this tensor: pad up to its offset
+      s.out->zeros(info.offset - s.pos);
+      s.pos = info.offset;
+    }
+    const uint64_t n = std::min(size, info.size - s.written);
+    info.crc32 = crc32(p, n, info.crc32);
+    s.out->write(p, n);
+    s.pos += n;
+    s.written += n;
+    p += n;
+    size -= n;
+    if (s.written == info.size) {
+      ++s.current;
+      s.written = 0;
+    }
   }
-  out.commit();
+}
+
+void WeightFileWriter::commit() {
+  State& s = *state_;
+  if (s.committed) throw Error(s.path + ": already committed");
+  if (s.current < s.infos.size())
+    throw Error(s.path + ": tensor '" + quote_name(s.infos[s.current].name) + "': data incomplete (" +
+                std::to_string(s.written) + " of " + std::to_string(s.infos[s.current].size) + " bytes)");
+  for (size_t i = 0; i < s.infos.size(); ++i) std::memcpy(s.dir.data() + s.crc_positions[i], &s.infos[i].crc32, 4);
+  const uint32_t header_crc = crc32(s.dir.data(), s.dir.size(), crc32(s.header, kHeaderCrcOffset));
+  std::memcpy(s.header + kHeaderCrcOffset, &header_crc, 4);
+  s.out->write_at(0, s.header, kHeaderSize);
+  s.out->write_at(kHeaderSize, s.dir.data(), s.dir.size());
+  s.out->commit();
+  s.committed = true;
+}
+
+void write_weight_file(const std::string& path, const ModelConfig& config, const std::vector<TensorToWrite>& tensors) {
+  std::vector<TensorToDeclare> declared;
+  declared.reserve(tensors.size());
+  for (const auto& t : tensors) declared.push_back({t.name, t.dtype, t.shape});
+  for (const auto& t : tensors)
+    if (t.data == nullptr) throw Error(path + ": tensor '" + quote_name(t.name) + "': no data");
+  WeightFileWriter writer(path, config, declared);
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    uint64_t n = dtype_size(tensors[i].dtype);
+    for (uint64_t d : tensors[i].shape) n *= d;  // checked by the writer's constructor
+    writer.append(tensors[i].data, n);
+  }
+  writer.commit();
 }
 
 }  // namespace sqrtdk

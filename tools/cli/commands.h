@@ -28,6 +28,7 @@ void add_inspect_command(CLI::App& app);   // tools/cli/cmd_inspect.cpp
 void add_make_toy_command(CLI::App& app);  // tools/cli/cmd_make_toy.cpp
 void add_explain_scaling_command(CLI::App& app);  // tools/cli/cmd_explain_scaling.cpp
 void add_attention_map_command(CLI::App& app);    // tools/cli/cmd_attention_map.cpp
+void add_convert_command(CLI::App& app);   // tools/cli/cmd_convert.cpp
 
 
 }  // namespace sqrtdk::cli

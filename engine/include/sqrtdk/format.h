@@ -118,6 +118,39 @@ struct TensorToWrite {
 };
 void write_weight_file(const std::string& path, const ModelConfig& config, const std::vector<TensorToWrite>& tensors);
 
+// The streaming form of write_weight_file (same bytes, same checks), for writers that produce tensors one by one
+// and should not hold the model in memory (`sqrtdk convert`):
+//
+//   WeightFileWriter w(path, config, specs);   // names, dtypes, shapes in file order: validated, layout fixed
+//   for each tensor, in order: w.append(bytes, n) one or more times until its byte size is reached
+//   w.commit();                                 // header + directory (with CRCs) written, fsync, rename
+//
+// Data goes to the temporary file as it is appended; the header and directory are written last. Destroying the
+// writer without commit() removes the temporary file. Throws sqrtdk::Error naming the path (and the tensor).
+struct TensorToDeclare {
+  std::string name;
+  DType dtype = DType::f32;
+  std::vector<uint64_t> shape;
+};
+class WeightFileWriter {
+ public:
+  WeightFileWriter(const std::string& path, const ModelConfig& config, const std::vector<TensorToDeclare>& tensors);
+  ~WeightFileWriter();
+  WeightFileWriter(const WeightFileWriter&) = delete;
+  WeightFileWriter& operator=(const WeightFileWriter&) = delete;
+
+  // Appends the next `size` bytes of data: they continue the current tensor, and may not run past its end.
+  void append(const void* data, uint64_t size);
+  // Index of the tensor the next append() continues (= number of tensors when all data is in).
+  size_t current_tensor() const;
+  uint64_t file_size() const;  // the size the finished file will have
+  void commit();
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
 // CRC-32 (ISO-HDLC; the same value as Python's zlib.crc32(data, crc)). Uses VPCLMULQDQ or PCLMULQDQ folding when
 // the CPU has it, else slicing-by-8 tables (engine/src/format_crc32.cpp).
 uint32_t crc32(const void* data, size_t size, uint32_t crc = 0);
