@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 
 namespace sqrtdk {
@@ -60,6 +61,17 @@ void run_attention(SessionState& s, int layer, size_t n, size_t pos0) {
   const double pairs = static_cast<double>(n) * pos0 + 0.5 * n * (n + 1);
   const double flops = 4.0 * hd * c.n_heads * pairs;
   const double bytes = (2.0 * n_keys * c.n_kv_heads * hd + 2.0 * n * c.n_heads * hd) * sizeof(float);
+  if (verbose()) {
+    ops::AttentionPath path = ops::default_attention_path();
+    if (path == ops::AttentionPath::automatic) path = ops::choose_attention_path(p);
+    const unsigned bit = 1u << static_cast<unsigned>(path) << (n == 1 ? 4 : 0);
+    if (!(s.verbose_paths_printed & bit)) {
+      s.verbose_paths_printed |= bit;
+      std::fprintf(stderr, "sqrtdk: attention %s path (%s, %zu heads / %zu kv heads x %zu, ISA %s)\n",
+                   ops::attention_path_name(path), n == 1 ? "decode" : "prefill", p.n_heads, p.n_kv_heads, hd,
+                   isa_name(s.m->isa));
+    }
+  }
   run_op(s, "attention", layer, n, flops, bytes,
          [&] { ops::attention(s.m->isa, p, s.attention_ws, s.n_threads); }, n_keys);
 }

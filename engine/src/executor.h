@@ -39,6 +39,7 @@ struct SessionState {
   ops::AttentionWorkspace attention_ws;
 
   OpObserver observer;
+  unsigned verbose_paths_printed = 0;  // SQRTDK_VERBOSE: bit per attention path already reported by this session
   int capture_layer = -1;
   float capture_scale = 0.0f;
   ops::AttentionProbs captured;
