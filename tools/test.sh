@@ -68,10 +68,12 @@ if want fuzz; then
     echo "== fuzz: $f: ${SQRTDK_FUZZ_SECONDS:-60} s"
     mkdir -p "$scratch/$f"
     if ! build/fuzz/bin/"$f" -max_total_time="${SQRTDK_FUZZ_SECONDS:-60}" -print_final_stats=1 \
-         -artifact_prefix="$PWD/build/fuzz/crash-$f-" "$scratch/$f" "$seeds" 2>&1 | tail -n 40; then
-      echo "test.sh: $f failed; the input is in build/fuzz/crash-$f-*" >&2
+         -artifact_prefix="$PWD/build/fuzz/crash-$f-" "$scratch/$f" "$seeds" >"build/fuzz/$f.log" 2>&1; then
+      tail -n 60 "build/fuzz/$f.log"
+      echo "test.sh: $f failed (log: build/fuzz/$f.log); the input is in build/fuzz/crash-$f-*" >&2
       exit 1
     fi
+    grep -E '^stat::(number_of_executed_units|average_exec_per_sec|new_units_added)' "build/fuzz/$f.log"
   done
   stage_done fuzz
 fi
