@@ -4,6 +4,7 @@
 #include <sqrtdk/format.h>
 
 #include "models/tensor_names.h"
+#include "tests/common/temp_dir.h"
 
 #include <atomic>
 #include <cstdint>
@@ -14,25 +15,6 @@
 #include <vector>
 
 namespace sqrtdk::test {
-
-// A fresh folder under the system temp dir, removed with everything in it when the object dies.
-class TempDir {
- public:
-  TempDir() {
-    static std::atomic<int> counter{0};
-    path_ = std::filesystem::temp_directory_path() /
-            ("sqrtdk-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
-    std::filesystem::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  std::filesystem::path path_;
-};
 
 inline ModelConfig toy_llama_config() {
   ModelConfig c;

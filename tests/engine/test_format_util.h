@@ -7,6 +7,8 @@
 #include <sqrtdk/error.h>
 #include <sqrtdk/format.h>
 
+#include "tests/common/temp_dir.h"
+
 #include <nlohmann/json.hpp>
 
 #include <atomic>
@@ -21,26 +23,6 @@
 #include <unistd.h>
 
 namespace sqrtdk::test {
-
-// A unique folder under the system temp folder, removed with everything in it on destruction.
-class TempDir {
- public:
-  TempDir() {
-    static std::atomic<int> counter{0};
-    path_ = std::filesystem::temp_directory_path() /
-            ("sqrtdk-test-format-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
-    std::filesystem::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-  const std::filesystem::path& path() const { return path_; }
-
- private:
-  std::filesystem::path path_;
-};
 
 inline std::vector<unsigned char> read_bytes(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
