@@ -60,7 +60,9 @@ MachineRoofs cached_machine_roofs(Isa isa, int n_threads) {
   else if (const char* h = std::getenv("HOME"); h && h[0])
     dir = fs::path(h) / ".cache" / "sqrtdk";
   const fs::path file = dir / "roofs.json";
-  const std::string key = cpu_model() + "|" + isa_name(isa) + "|" + std::to_string(n_threads);
+  // "v2": entries written before the FMA loop was fixed (GCC had merged its chains; the peak read ~25% high) are
+  // ignored and re-measured.
+  const std::string key = "v2|" + cpu_model() + "|" + isa_name(isa) + "|" + std::to_string(n_threads);
   nlohmann::json cache = nlohmann::json::object();
   if (!dir.empty()) {
     std::ifstream in(file);

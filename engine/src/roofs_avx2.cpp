@@ -8,12 +8,18 @@ namespace sqrtdk::roofs {
 
 float fma_loop_avx2(long iterations) {
   const __m256 a = _mm256_set1_ps(0.999999f), b = _mm256_set1_ps(1e-7f);
-  __m256 c0 = _mm256_set1_ps(1.0f), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0, c6 = c0, c7 = c0, c8 = c0, c9 = c0;
+  // Distinct seeds and an empty asm barrier per iteration: with ten identical chains GCC merges them into one
+  // (it did: the loop ran 1 FMA per iteration and the 'peak' came out 25% above the hardware's).
+  __m256 c0 = _mm256_set1_ps(1.0f), c1 = _mm256_set1_ps(1.001f), c2 = _mm256_set1_ps(1.002f), c3 = _mm256_set1_ps(1.003f),
+         c4 = _mm256_set1_ps(1.004f), c5 = _mm256_set1_ps(1.005f), c6 = _mm256_set1_ps(1.006f), c7 = _mm256_set1_ps(1.007f),
+         c8 = _mm256_set1_ps(1.008f), c9 = _mm256_set1_ps(1.009f);
   for (long i = 0; i < iterations; ++i) {
     c0 = _mm256_fmadd_ps(c0, a, b); c1 = _mm256_fmadd_ps(c1, a, b); c2 = _mm256_fmadd_ps(c2, a, b);
     c3 = _mm256_fmadd_ps(c3, a, b); c4 = _mm256_fmadd_ps(c4, a, b); c5 = _mm256_fmadd_ps(c5, a, b);
     c6 = _mm256_fmadd_ps(c6, a, b); c7 = _mm256_fmadd_ps(c7, a, b); c8 = _mm256_fmadd_ps(c8, a, b);
     c9 = _mm256_fmadd_ps(c9, a, b);
+    asm volatile("" : "+x"(c0), "+x"(c1), "+x"(c2), "+x"(c3), "+x"(c4), "+x"(c5), "+x"(c6), "+x"(c7),
+                 "+x"(c8), "+x"(c9));
   }
   __m256 s = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(c0, c1), _mm256_add_ps(c2, c3)),
                         _mm256_add_ps(_mm256_add_ps(c4, c5), _mm256_add_ps(_mm256_add_ps(c6, c7), _mm256_add_ps(c8, c9))));

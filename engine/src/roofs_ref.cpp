@@ -5,9 +5,12 @@ namespace sqrtdk::roofs {
 
 float fma_loop_ref(long iterations) {
   const float a = 0.999999f, b = 1e-7f;
-  float c[8] = {1, 1, 1, 1, 1, 1, 1, 1};
-  for (long i = 0; i < iterations; ++i)
+  // Distinct seeds and a barrier per iteration, so the compiler can neither merge nor vectorize the chains away.
+  float c[8] = {1.0f, 1.001f, 1.002f, 1.003f, 1.004f, 1.005f, 1.006f, 1.007f};
+  for (long i = 0; i < iterations; ++i) {
     for (float& x : c) x = x * a + b;  // baseline x86-64 has no FMA: mul + add, 2 flops
+    asm volatile("" : "+x"(c[0]), "+x"(c[1]), "+x"(c[2]), "+x"(c[3]), "+x"(c[4]), "+x"(c[5]), "+x"(c[6]), "+x"(c[7]));
+  }
   return c[0] + c[1] + c[2] + c[3] + c[4] + c[5] + c[6] + c[7];
 }
 
