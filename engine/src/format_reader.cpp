@@ -63,6 +63,25 @@ std::vector<Piece> make_pieces(const std::vector<TensorInfo>& tensors) {
   return pieces;
 }
 
+// Runs fn over one piece of the mapping with its pages mapped in by one madvise call (faulting them 4 KiB at a
+// time costs several times the CRC itself in this VM), then drops the pages wholly inside the piece from the
+// resident set: the mapping is read-only and file-backed, so a later touch re-reads them from the page cache.
+// Peak RSS of a verified load is then the pieces in flight, not the file. Both calls are hints: on a kernel
+// without MADV_POPULATE_READ (Linux < 5.14) the scan faults pages in as it goes.
+template <class Fn>
+uint64_t scan_piece(const unsigned char* base, const Piece& piece, const Fn& fn) {
+  static const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const auto begin = reinterpret_cast<uintptr_t>(base + piece.offset), end = begin + piece.size;
+  const uintptr_t map_begin = begin / page * page;
+#ifdef MADV_POPULATE_READ
+  madvise(reinterpret_cast<void*>(map_begin), end - map_begin, MADV_POPULATE_READ);
+#endif
+  const uint64_t result = fn(base + piece.offset, piece.size);
+  const uintptr_t drop_begin = (begin + page - 1) / page * page, drop_end = end / page * page;
+  if (drop_end > drop_begin) madvise(reinterpret_cast<void*>(drop_begin), drop_end - drop_begin, MADV_DONTNEED);
+  return result;
+}
+
 uint64_t count_nonfinite_bytes(const unsigned char* p, uint64_t size, DType dtype) {
   uint64_t bad = 0;
   if (dtype == DType::f32) {
@@ -101,10 +120,9 @@ std::shared_ptr<const WeightFile> WeightFile::open(const std::string& path, cons
     throw header_error("file is " + u64s(real_size) + " bytes, shorter than the " + u64s(kHeaderSize) +
                        "-byte header (truncated or not a .sqdk file)");
   if (real_size > SIZE_MAX) throw Error(P + ": file of " + u64s(real_size) + " bytes cannot be mapped");
-  // When every byte will be read now (checksums, finite scan), MAP_POPULATE maps all pages in one call: faulting
-  // them in one 4 KiB page at a time costs ~12 us each in this VM (MACHINE.md), several times the CRC itself.
-  const bool read_all = options.verify_checksums || options.check_finite;
-  void* m = ::mmap(nullptr, real_size, PROT_READ, MAP_PRIVATE | (read_all ? MAP_POPULATE : 0), fd.fd, 0);
+  // No MAP_POPULATE: the scans below map each piece in with one call and drop it again (scan_piece), so a
+  // verified load never holds the whole file resident on top of the packed weights.
+  void* m = ::mmap(nullptr, real_size, PROT_READ, MAP_PRIVATE, fd.fd, 0);
   if (m == MAP_FAILED) throw Error(P + ": cannot map " + u64s(real_size) + " bytes: " + std::strerror(errno));
   wf->map_ = static_cast<const unsigned char*>(m);
   wf->file_size_ = real_size;
@@ -270,7 +288,8 @@ std::shared_ptr<const WeightFile> WeightFile::open(const std::string& path, cons
     const int64_t n_pieces = static_cast<int64_t>(pieces.size());
     if (options.verify_checksums) {
 #pragma omp parallel for schedule(dynamic, 1) num_threads(n_threads) if (n_threads > 1)
-      for (int64_t k = 0; k < n_pieces; ++k) pieces[k].result = crc32(h + pieces[k].offset, pieces[k].size);
+      for (int64_t k = 0; k < n_pieces; ++k)
+        pieces[k].result = scan_piece(h, pieces[k], [](const unsigned char* p, uint64_t n) { return crc32(p, n); });
       std::vector<uint32_t> crc(tensors.size(), 0);
       for (const Piece& p : pieces) crc[p.tensor] = crc32_combine(crc[p.tensor], static_cast<uint32_t>(p.result), p.size);
       for (size_t i = 0; i < tensors.size(); ++i)
@@ -282,7 +301,9 @@ std::shared_ptr<const WeightFile> WeightFile::open(const std::string& path, cons
     if (options.check_finite) {
 #pragma omp parallel for schedule(dynamic, 1) num_threads(n_threads) if (n_threads > 1)
       for (int64_t k = 0; k < n_pieces; ++k)
-        pieces[k].result = count_nonfinite_bytes(h + pieces[k].offset, pieces[k].size, tensors[pieces[k].tensor].dtype);
+        pieces[k].result = scan_piece(h, pieces[k], [&](const unsigned char* p, uint64_t n) {
+          return count_nonfinite_bytes(p, n, tensors[pieces[k].tensor].dtype);
+        });
       std::vector<uint64_t> bad(tensors.size(), 0);
       for (const Piece& p : pieces) bad[p.tensor] += p.result;
       for (size_t i = 0; i < tensors.size(); ++i)

@@ -14,6 +14,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <string>
 
 namespace sqrtdk {
@@ -41,6 +42,15 @@ void release_pages(const WeightFile& file, const TensorInfo& t) {
   madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
 }
 
+// Drops the file pages wholly inside rows [n0, n1) of a [rows, K] f32 tensor.
+void release_rows(const WeightFile& file, const TensorInfo& t, uint64_t K, size_t n0, size_t n1) {
+  const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const auto base = reinterpret_cast<uintptr_t>(file.data(t));
+  const uintptr_t begin = (base + n0 * K * sizeof(float) + page - 1) / page * page;
+  const uintptr_t end = (base + n1 * K * sizeof(float)) / page * page;
+  if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+}
+
 class Loader {
  public:
   Loader(const WeightFile& file, Isa isa) : file_(file), isa_(isa) {}
@@ -62,8 +72,12 @@ class Loader {
       N += rows;
     }
     const float* src = nullptr;
+    std::function<void(size_t, size_t)> rows_consumed;
     if (infos.size() == 1 && infos[0]->dtype == DType::f32) {
       src = static_cast<const float*>(file_.data(*infos[0]));
+      // Packed straight from the mapping: drop each chunk's file pages once packed (the tied 32000 × 768
+      // embedding alone would otherwise keep ~100 MB of the file resident beside its packed copy).
+      rows_consumed = [&, t = infos[0]](size_t n0, size_t n1) { release_rows(file_, *t, K, n0, n1); };
     } else {
       scratch_.allocate(N * K);
       float* dst = scratch_.data();
@@ -73,7 +87,7 @@ class Loader {
       }
       src = scratch_.data();
     }
-    ops::PackedWeights packed = ops::PackedWeights::pack(src, N, K, K, isa_);
+    ops::PackedWeights packed = ops::PackedWeights::pack(src, N, K, K, isa_, ops::default_gemm_backend(), rows_consumed);
     for (const TensorInfo* t : infos) release_pages(file_, *t);
     return packed;
   }

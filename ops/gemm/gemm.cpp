@@ -256,7 +256,7 @@ size_t PackedWeights::bytes() const {
 }
 
 PackedWeights PackedWeights::pack(const float* weights, size_t N, size_t K, size_t ld_weights, Isa isa,
-                                  GemmBackend backend) {
+                                  GemmBackend backend, const std::function<void(size_t, size_t)>& rows_consumed) {
   const std::string where = "PackedWeights::pack(weights " + dims(N, K) + ", ld_weights " +
                             std::to_string(ld_weights) + ", isa " + isa_name(isa) + ")";
   if (N == 0 || K == 0) throw Error(where + ": N and K must be ≥ 1");
@@ -272,18 +272,26 @@ PackedWeights PackedWeights::pack(const float* weights, size_t N, size_t K, size
   p.backend = backend;
   if (backend == GemmBackend::onednn) {
     p.onednn = gemm_detail::onednn_pack(weights, N, K, ld_weights);
+    if (rows_consumed) rows_consumed(0, N);
     return out;
   }
   if (isa == Isa::ref) {
     p.data.allocate(N * K);
     for (size_t n = 0; n < N; ++n) std::memcpy(p.data.data() + n * K, weights + n * ld_weights, K * sizeof(float));
+    if (rows_consumed) rows_consumed(0, N);
     return out;
   }
   const IsaKernels kern = kernels_for(isa);
   p.nr = kern.bs.nr;
   const size_t n_panels = (N + p.nr - 1) / p.nr;
   p.data.allocate(n_panels * p.nr * K);
-  kern.pack(weights, ld_weights, false, N, K, 0, N, p.data.data());
+  // In chunks of whole panels (~4 MiB of source), reporting each chunk's rows as consumed.
+  const size_t chunk = std::max<size_t>(1, (size_t{4} << 20) / (K * sizeof(float) * p.nr)) * p.nr;
+  for (size_t n0 = 0; n0 < N; n0 += chunk) {
+    const size_t n1 = std::min(N, n0 + chunk);
+    kern.pack(weights, ld_weights, false, N, K, n0, n1, p.data.data());
+    if (rows_consumed) rows_consumed(n0, n1);
+  }
   return out;
 }
 

@@ -18,6 +18,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 
 namespace sqrtdk::ops {
@@ -48,8 +49,11 @@ GemmBackend default_gemm_backend();
 //   onednn backend: reordered into the matmul primitive's preferred layout (format_tag::any).
 class PackedWeights {
  public:
+  // rows_consumed(n0, n1), if given, is called as soon as weight rows [n0, n1) have been read, so a loader can
+  // drop their file pages while the rest is still being packed (peak memory: packed + one chunk, not packed + all).
   static PackedWeights pack(const float* weights, size_t N, size_t K, size_t ld_weights, Isa isa,
-                            GemmBackend backend = default_gemm_backend());
+                            GemmBackend backend = default_gemm_backend(),
+                            const std::function<void(size_t n0, size_t n1)>& rows_consumed = {});
   PackedWeights();
   PackedWeights(PackedWeights&&) noexcept;
   PackedWeights& operator=(PackedWeights&&) noexcept;

@@ -136,9 +136,19 @@ std::vector<uint32_t> synthetic_tokens(const ModelConfig& config, size_t n) {
 }
 
 size_t peak_rss_bytes() {
+  // VmHWM rather than getrusage's ru_maxrss: VmHWM can be reset (reset_peak_rss), so a benchmark can leave out
+  // its own calibration buffers.
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);)
+    if (line.rfind("VmHWM:", 0) == 0) return static_cast<size_t>(std::stoull(line.substr(6))) * 1024;  // kB
   struct rusage ru {};
   getrusage(RUSAGE_SELF, &ru);
   return static_cast<size_t>(ru.ru_maxrss) * 1024;  // Linux reports KiB
+}
+
+bool reset_peak_rss() {
+  std::ofstream clear("/proc/self/clear_refs");  // "5": reset the peak RSS to the current RSS (Linux ≥ 4.0)
+  return static_cast<bool>(clear << "5" << std::flush);
 }
 
 }  // namespace sqrtdk::cli

@@ -65,6 +65,7 @@ class Progress {
 std::vector<uint32_t> synthetic_tokens(const ModelConfig& config, size_t n);
 
 // Peak resident set size of this process so far, in bytes.
-size_t peak_rss_bytes();
+size_t peak_rss_bytes();  // the process's peak resident set since start or the last reset_peak_rss()
+bool reset_peak_rss();     // false where the kernel does not allow it
 
 }  // namespace sqrtdk::cli
