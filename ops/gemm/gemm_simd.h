@@ -7,8 +7,8 @@
 //   C:  row stride ldc; only columns [0, n) with n ≤ NR are read or written (masked at the edge).
 //   accumulate = false: C is never read (first K slice). Rows are exact: MR is the tile's real row count
 //   (one instantiation per row count 1..MR, so edge tiles do no wasted FMAs).
-//   Sum order per element: acc = Σ_k a·b in k order (fma), then acc + C_partial, then the epilogue. That order
-//   depends only on the tile grid, never on the thread split.
+//   Sum order per element: acc starts at C_partial (0 on the first slice), acc += a·b in k order (fma), then the
+//   epilogue. That order depends only on the tile grid, never on the thread split.
 // The decode kernel (gemm_decode_panel) computes one panel of a 1 × K row with U k-interleaved accumulator sets
 // (FMA latency 4 cycles × 2 pipes needs ≥ 8 independent chains) and sums them at the end.
 // Preconditions are asserted, never thrown: kernels never allocate.
@@ -113,11 +113,23 @@ void gemm_ukernel(size_t kc, const float* __restrict a, size_t a_step, const flo
   for (int r = 0; r < MR; ++r)
 #pragma GCC unroll 8
     for (int j = 0; j < NV; ++j) __builtin_prefetch(c + r * ldc + j * L, 1);
+  // Partial sums of earlier K slices start the accumulators (loaded straight from C), so a slice that is not the
+  // last one ends with plain stores: no spill through a tile buffer, no second pass.
   V acc[MR][NV];
+  if (accumulate) {
 #pragma GCC unroll 16
-  for (int r = 0; r < MR; ++r)
+    for (int r = 0; r < MR; ++r)
 #pragma GCC unroll 8
-    for (int j = 0; j < NV; ++j) acc[r][j] = V(0.0f);
+      for (int j = 0; j < NV; ++j)
+        acc[r][j] = n == NR ? V::load_unaligned(c + r * ldc + j * L)
+                            : (j * L < n ? PartialIo<Arch>::load(c + r * ldc + j * L, std::min(L, n - j * L))
+                                         : V(0.0f));
+  } else {
+#pragma GCC unroll 16
+    for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 8
+      for (int j = 0; j < NV; ++j) acc[r][j] = V(0.0f);
+  }
 #pragma GCC unroll 4
   for (size_t k = 0; k < kc; ++k) {
     V bv[NV];
@@ -130,12 +142,22 @@ void gemm_ukernel(size_t kc, const float* __restrict a, size_t a_step, const flo
       for (int j = 0; j < NV; ++j) acc[r][j] = xsimd::fma(av, bv[j], acc[r][j]);
     }
   }
+  const bool plain = last == nullptr || (last->alpha == 1.0f && last->bias == nullptr &&
+                                         last->activation == Activation::none && last->multiply == nullptr &&
+                                         last->residual == nullptr);
+  if (plain && n == NR) {
+#pragma GCC unroll 16
+    for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 8
+      for (int j = 0; j < NV; ++j) acc[r][j].store_unaligned(c + r * ldc + j * L);
+    return;
+  }
   alignas(64) float tile[MR * NR];
 #pragma GCC unroll 16
   for (int r = 0; r < MR; ++r)
 #pragma GCC unroll 8
     for (int j = 0; j < NV; ++j) acc[r][j].store_aligned(tile + r * NR + j * L);
-  store_tile<Arch, NV>(tile, MR, c, ldc, n, accumulate, last, m_global, n_global);
+  store_tile<Arch, NV>(tile, MR, c, ldc, n, false, plain ? nullptr : last, m_global, n_global);
 }
 
 template <class Arch, int MR, int NV>
