@@ -4,6 +4,7 @@
 
 #include <sqrtdk/error.h>
 
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -12,12 +13,12 @@ namespace sqrtdk::cli {
 
 void ModelArgs::add_to(CLI::App& cmd, bool with_threads) {
   cmd.add_option("-m,--model", model, "model file (.sqdk); default: the bundled model")->capture_default_str();
-  if (with_threads) cmd.add_option("-t,--threads", threads, "threads (0: all cores)")->check(CLI::NonNegativeNumber);
+  if (with_threads) cmd.add_option("-t,--threads", threads, "threads (0: all cores)")->check(number_in(0, 1024));
   cmd.add_option("--isa", isa, "force an ISA: ref, avx2, avx512 (default: best, or SQRTDK_ISA)");
   cmd.add_flag("--no-verify", no_verify, "skip the per-tensor CRC-32 check at load");
   cmd.add_flag("--check-finite", check_finite, "refuse a model whose weights hold NaN or Inf (names the tensor)");
   cmd.add_option("--max-model-mb", max_model_mb, "refuse model files larger than this (MiB; 0 = no cap)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(at_least(0, false));
 }
 
 std::shared_ptr<const Model> ModelArgs::load() const {
@@ -133,6 +134,29 @@ std::vector<uint32_t> synthetic_tokens(const ModelConfig& config, size_t n) {
                  ? static_cast<unsigned char>(text[i % (sizeof text - 1)])
                  : static_cast<uint32_t>((i * 7919 + 13) % config.n_vocab);
   return ids;
+}
+
+CLI::Validator number_in(double lo, double hi, bool integer) {
+  auto fmt = [](double v) {
+    std::ostringstream o;
+    o << v;
+    return o.str();
+  };
+  std::string expected = std::string(integer ? "an integer" : "a number") + " ≥ " + fmt(lo);
+  if (hi < 1e18) expected += " and ≤ " + fmt(hi);
+  return CLI::Validator(
+      [=](std::string& text) -> std::string {
+        size_t used = 0;
+        double v = 0;
+        try {
+          v = std::stod(text, &used);
+        } catch (const std::exception&) {
+          used = 0;
+        }
+        const bool ok = used == text.size() && used > 0 && v >= lo && v <= hi && (!integer || v == std::floor(v));
+        return ok ? std::string() : "expected " + expected + ", got '" + text + "'";
+      },
+      expected);
 }
 
 size_t peak_rss_bytes() {

@@ -64,7 +64,12 @@ class Progress {
 // Synthetic prompt of n tokens for benchmarks: the byte-level text repeated, or ids cycling through the vocabulary.
 std::vector<uint32_t> synthetic_tokens(const ModelConfig& config, size_t n);
 
-// Peak resident set size of this process so far, in bytes.
+// Option checks with one-line messages that say what was expected ("--reps: expected an integer ≥ 1, got '0'";
+// CLI11 2.1's PositiveNumber prints its range to 300 digits). The value must parse as a number and lie in
+// [lo, hi]; `integer` also refuses fractions.
+CLI::Validator number_in(double lo, double hi, bool integer = true);
+inline CLI::Validator at_least(double lo, bool integer = true) { return number_in(lo, 1e18, integer); }
+
 size_t peak_rss_bytes();  // the process's peak resident set since start or the last reset_peak_rss()
 bool reset_peak_rss();     // false where the kernel does not allow it
 

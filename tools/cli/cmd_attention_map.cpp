@@ -182,7 +182,7 @@ void add_attention_map_command(CLI::App& app) {
   cmd->add_option("-l,--layer", a->layer, "layer to show")->capture_default_str();
   cmd->add_option("--head", a->head, "one head to show (default: every head of the layer)");
   cmd->add_option("--scale", a->scale, "multiply q·k by this instead of 1/sqrt(head_dim), e.g. 1")
-      ->check(CLI::PositiveNumber);
+      ->check(number_in(1e-30, 1e30, false));
   cmd->add_option("-o,--out", a->out, "SVG file to write")->capture_default_str();
   cmd->add_flag("--no-png", a->no_png, "do not write a PNG even if a converter exists");
   cmd->add_flag("--json", a->json, "print JSON (per-head mean entropy, files written)");

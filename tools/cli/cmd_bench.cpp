@@ -188,10 +188,10 @@ void add_bench_command(CLI::App& app) {
   a->model.add_to(*cmd, /*with_threads=*/false);
   cmd->add_option("-t,--threads", a->threads, "thread counts, comma-separated")->capture_default_str();
   cmd->add_option("--prefill", a->prefill, "prefill lengths, comma-separated")->capture_default_str();
-  cmd->add_option("--decode", a->decode, "decode steps")->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_option("--decode", a->decode, "decode steps")->check(at_least(1))->capture_default_str();
   cmd->add_option("--decode-prompt", a->decode_prompt, "prompt tokens before decoding")
-      ->check(CLI::PositiveNumber)->capture_default_str();
-  cmd->add_option("--reps", a->reps, "repetitions (median reported)")->check(CLI::PositiveNumber)->capture_default_str();
+      ->check(at_least(1))->capture_default_str();
+  cmd->add_option("--reps", a->reps, "repetitions (median reported)")->check(number_in(1, 1000))->capture_default_str();
   auto* j = cmd->add_flag("--json", a->json, "print JSON");
   cmd->add_flag("--csv", a->csv, "print CSV")->excludes(j);
   cmd->add_flag("-q,--quiet", a->quiet, "no progress bar");

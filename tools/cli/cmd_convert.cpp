@@ -44,6 +44,10 @@ void run_convert(const ConvertArgs& a) {
 void add_convert_command(CLI::App& app) {
   auto a = std::make_shared<ConvertArgs>();
   CLI::App* sub = app.add_subcommand("convert", "Convert a Hugging Face checkpoint folder (GPT-2, Llama) to .sqdk");
+  sub->footer("Examples:\n  sqrtdk convert ./gpt2 -o gpt2.sqdk\n"
+              "  sqrtdk convert ./TinyLlama -o tinyllama-bf16.sqdk --dtype bf16\n"
+              "The file is written to a temporary name in the target folder, fsynced, then renamed: a killed\n"
+              "conversion never leaves a partial file under the final name.");
   sub->add_option("hf_dir", a->hf_dir, "Folder with config.json and model.safetensors (or its shards + index)")
       ->required();
   sub->add_option("-o,--output", a->out, "Output .sqdk file")->required();

@@ -139,7 +139,7 @@ void add_explain_scaling_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--seed", a->seed, "random seed (same seed, same numbers)")->capture_default_str();
   cmd->add_option("-t,--threads", a->threads, "threads for GEMM and softmax (0: all cores)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(number_in(0, 1024))
       ->capture_default_str();
   cmd->add_option("--isa", a->isa, "force an ISA: ref, avx2, avx512 (default: best, or SQRTDK_ISA)");
   cmd->add_option("--svg", a->svg, "write a plot of entropy and max probability against d_k (SVG) here");

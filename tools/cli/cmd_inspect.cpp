@@ -128,7 +128,13 @@ void run_inspect(const InspectOptions& o) {
 void add_inspect_command(CLI::App& app) {
   auto o = std::make_shared<InspectOptions>();
   CLI::App* sub = app.add_subcommand("inspect", "Validate a .sqdk file and print its config and tensor table");
-  sub->add_option("file", o->path, "The .sqdk file")->required();
+  sub->footer("Examples:\n  sqrtdk inspect                       # the bundled model\n"
+              "  sqrtdk inspect model.sqdk --check    # also count NaN/Inf per tensor\n"
+              "  sqrtdk inspect --model model.sqdk --json");
+  // FILE or --model FILE (the flag every other subcommand takes); neither: the bundled model.
+  auto* file = sub->add_option("file", o->path, "The .sqdk file (default: the bundled model)");
+  sub->add_option("-m,--model", o->path, "same as FILE")->excludes(file);
+  o->path = default_model_path();
   sub->add_flag("--json", o->json, "Print JSON instead of a table");
   sub->add_flag("--check", o->check, "Count NaN/Inf values per tensor; exit 2 if any tensor holds one");
   sub->add_flag("--no-verify", o->no_verify, "Skip CRC-32 verification (structure is still checked)");

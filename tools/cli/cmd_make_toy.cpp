@@ -142,6 +142,9 @@ void run_make_toy(const MakeToyOptions& o) {
 void add_make_toy_command(CLI::App& app) {
   auto o = std::make_shared<MakeToyOptions>();
   CLI::App* sub = app.add_subcommand("make-toy", "Write a random-weight model (deterministic for a seed)");
+  sub->footer("Examples:\n  sqrtdk make-toy -o toy.sqdk --arch llama --seed 1\n"
+              "  sqrtdk make-toy -o llama110m.sqdk --arch llama --d-model 768 --n-layers 12 --n-heads 12 --d-ff 2048 \\\n"
+              "      --n-vocab 32000 --max-seq 1024 --tied --seed 1      # shaped like stories110M (sqrtdk bench)");
   sub->add_option("-o,--output", o->out, "Output .sqdk file")->required();
   sub->add_option("--arch", o->arch, "gpt2 or llama")->required()->check(CLI::IsMember({"gpt2", "llama"}));
   sub->add_option("--seed", o->seed, "Random seed")->required();

@@ -110,8 +110,8 @@ void add_profile_command(CLI::App& app) {
               "The roofs are measured once and cached in ~/.cache/sqrtdk/roofs.json; --peak-gflops and\n"
               "--bandwidth-gbs give them instead.");
   a->model.add_to(*cmd);
-  cmd->add_option("--prefill", a->prefill, "prompt tokens to prefill")->check(CLI::PositiveNumber)->capture_default_str();
-  cmd->add_option("--decode", a->decode, "decode steps after the prompt")->capture_default_str();
+  cmd->add_option("--prefill", a->prefill, "prompt tokens to prefill")->check(at_least(1))->capture_default_str();
+  cmd->add_option("--decode", a->decode, "decode steps after the prompt")->check(at_least(0))->capture_default_str();
   cmd->add_option("--trace", a->trace, "write a Chrome trace-event JSON (Perfetto) here");
   cmd->add_option("--roofline", a->roofline, "write the roofline picture (SVG) here");
   cmd->add_option("--peak-gflops", a->peak_gflops, "FMA peak to use instead of measuring");

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <string>
 
 namespace sqrtdk::cli {
 
@@ -41,7 +42,18 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForAllHelp& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    app.exit(e);
+    // One line, like every other error; CLI11's own printer adds a second line.
+    std::string where = "sqrtdk";
+    for (const CLI::App* sub : app.get_subcommands()) where += " " + sub->get_name();
+    if (app.get_subcommands().empty() && argc > 1 && argv[1][0] != '-') {
+      std::string names;
+      for (const CLI::App* sub : app.get_subcommands({})) names += (names.empty() ? "" : ", ") + sub->get_name();
+      std::fprintf(stderr,
+                   "sqrtdk: usage error: unknown subcommand '%s' (expected one of: %s; see 'sqrtdk --help')\n",
+                   argv[1], names.c_str());
+      return kUsage;
+    }
+    std::fprintf(stderr, "sqrtdk: usage error: %s (see '%s --help')\n", e.what(), where.c_str());
     return kUsage;
   } catch (const sqrtdk::Error& e) {
     std::fprintf(stderr, "sqrtdk: error: %s\n", e.what());
