@@ -79,7 +79,11 @@ class Loader {
       // embedding alone would otherwise keep ~100 MB of the file resident beside its packed copy).
       rows_consumed = [&, t = infos[0]](size_t n0, size_t n1) { release_rows(file_, *t, K, n0, n1); };
     } else {
-      scratch_.allocate(N * K);
+      try {
+        scratch_.allocate(N * K);
+      } catch (const Error& e) {
+        throw Error(file_.path() + ": tensor '" + names[0].first + "': f32 staging buffer: " + e.what());
+      }
       float* dst = scratch_.data();
       for (const TensorInfo* t : infos) {
         file_.read_f32(*t, dst);
@@ -87,7 +91,13 @@ class Loader {
       }
       src = scratch_.data();
     }
-    ops::PackedWeights packed = ops::PackedWeights::pack(src, N, K, K, isa_, ops::default_gemm_backend(), rows_consumed);
+    ops::PackedWeights packed;
+    try {
+      packed = ops::PackedWeights::pack(src, N, K, K, isa_, ops::default_gemm_backend(), rows_consumed);
+    } catch (const Error& e) {
+      throw Error(file_.path() + ": tensor '" + names[0].first + "' [" + std::to_string(N) + ", " +
+                  std::to_string(K) + "]: packing failed: " + e.what());
+    }
     for (const TensorInfo* t : infos) release_pages(file_, *t);
     return packed;
   }

@@ -26,14 +26,26 @@ Session::Session(std::shared_ptr<const Model> model, const SessionOptions& optio
   s.n_threads = resolve_threads(options.n_threads);
 
   const size_t cache = size_t{c.n_layers} * c.n_kv_heads * s.max_context * c.head_dim;
-  s.k_cache.allocate(cache);
-  s.v_cache.allocate(cache);
-  s.x.allocate(s.max_batch * c.d_model);
-  s.xb.allocate(s.max_batch * c.d_model);
-  s.qkv.allocate(s.max_batch * s.m->qkv_width());
-  s.att.allocate(s.max_batch * c.n_heads * c.head_dim);
-  s.hb.allocate(s.max_batch * c.d_ff);
-  if (c.arch == Arch::llama) s.hb2.allocate(s.max_batch * c.d_ff);
+  try {
+    s.k_cache.allocate(cache);
+    s.v_cache.allocate(cache);
+  } catch (const Error& e) {
+    // Name what was being allocated and the knob that sizes it; the failed session is simply not created.
+    throw Error("Session: the KV cache for max_context " + std::to_string(s.max_context) + " needs " +
+                std::to_string(2 * cache * sizeof(float) >> 20) + " MiB: " + e.what() +
+                " (set SessionOptions::max_context lower)");
+  }
+  try {
+    s.x.allocate(s.max_batch * c.d_model);
+    s.xb.allocate(s.max_batch * c.d_model);
+    s.qkv.allocate(s.max_batch * s.m->qkv_width());
+    s.att.allocate(s.max_batch * c.n_heads * c.head_dim);
+    s.hb.allocate(s.max_batch * c.d_ff);
+    if (c.arch == Arch::llama) s.hb2.allocate(s.max_batch * c.d_ff);
+  } catch (const Error& e) {
+    throw Error("Session: scratch for max_batch " + std::to_string(s.max_batch) + ": " + e.what() +
+                " (set SessionOptions::max_batch lower)");
+  }
 }
 
 Session::~Session() = default;
