@@ -13,13 +13,10 @@
 // (phase 3, default 10000), --max-tokens N (default 8), --sessions N (default 2), --flood N (default 1000),
 // --server PATH (default: sqrtdk-serve beside this binary). The machine may be shared: figures are noisy.
 #include "perf/common/bench_util.h"
+#include "tools/serve/child_server.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -28,7 +25,6 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <mutex>
 #include <string>
@@ -40,111 +36,8 @@ using nlohmann::json;
 
 namespace {
 
-// ---- the child server ----
-
-class ServerProcess {
- public:
-  ServerProcess(const std::string& exe, const std::vector<std::string>& args) {
-    int out[2];
-    if (pipe(out) != 0) throw std::runtime_error("pipe failed");
-    std::vector<std::string> argv_s = {exe, "--host", "127.0.0.1", "--port", "0"};
-    argv_s.insert(argv_s.end(), args.begin(), args.end());
-    pid_ = fork();
-    if (pid_ == 0) {
-      dup2(out[1], STDOUT_FILENO);
-      close(out[0]);
-      close(out[1]);
-      std::vector<char*> argv;
-      for (auto& s : argv_s) argv.push_back(s.data());
-      argv.push_back(nullptr);
-      execv(argv[0], argv.data());
-      _exit(127);
-    }
-    close(out[1]);
-    std::string line;
-    pollfd p{out[0], POLLIN, 0};
-    while (poll(&p, 1, 30000) == 1) {
-      char c;
-      if (read(out[0], &c, 1) != 1) break;
-      if (c != '\n') {
-        line += c;
-        continue;
-      }
-      const std::string prefix = "listening on 127.0.0.1:";
-      if (line.rfind(prefix, 0) == 0) {
-        port_ = std::stoi(line.substr(prefix.size()));
-        break;
-      }
-      line.clear();
-    }
-    close(out[0]);
-    if (port_ <= 0) {
-      stop();
-      throw std::runtime_error("sqrtdk-serve did not start");
-    }
-  }
-  ~ServerProcess() { stop(); }
-  // SIGTERM, then wait (10 s at most; SIGKILL after). Returns the exit status or -1.
-  int stop() {
-    if (pid_ <= 0) return -1;
-    kill(pid_, SIGTERM);
-    int status = 0;
-    for (int i = 0; i < 1000; ++i) {
-      if (waitpid(pid_, &status, WNOHANG) == pid_) {
-        pid_ = -1;
-        return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    kill(pid_, SIGKILL);
-    waitpid(pid_, &status, 0);
-    pid_ = -1;
-    return -1;
-  }
-  bool running() {
-    int status = 0;
-    return pid_ > 0 && waitpid(pid_, &status, WNOHANG) == 0;
-  }
-  int port() const { return port_; }
-  size_t rss_bytes() const {
-    std::ifstream f("/proc/" + std::to_string(pid_) + "/status");
-    std::string key;
-    while (f >> key) {
-      if (key == "VmRSS:") {
-        size_t kb = 0;
-        f >> kb;
-        return kb * 1024;
-      }
-      std::getline(f, key);
-    }
-    return 0;
-  }
-
- private:
-  pid_t pid_ = -1;
-  int port_ = 0;
-};
-
-// ---- a minimal blocking HTTP/1.1 client on loopback ----
-
-int connect_loopback(int port, int timeout_seconds) {
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return -1;
-  timeval tv{timeout_seconds, 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-  int one = 1;
-  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-    close(fd);
-    return -1;
-  }
-  return fd;
-}
+using sqrtdk::serve_harness::connect_loopback;
+using ServerProcess = sqrtdk::serve_harness::ChildServer;
 
 struct HttpResult {
   int status = -1;  // -1: transport error
@@ -306,9 +199,7 @@ LoadResult run_load(int port, int concurrency, size_t n_requests, double max_sec
 
 double metric(int port, const std::string& name) {
   Connection c(port);
-  HttpResult res = c.request("GET", "/metrics", "");
-  const size_t p = res.body.find("\n" + name + " ");
-  return p == std::string::npos ? -1 : std::atof(res.body.c_str() + p + name.size() + 2);
+  return sqrtdk::serve_harness::metric_value(c.request("GET", "/metrics", "").body, name);
 }
 
 std::string arg_value(const std::vector<std::string>& rest, const std::string& flag, const std::string& dflt) {
@@ -389,7 +280,7 @@ int main(int argc, char** argv) {
     if (r.other || idle_sessions != 0) failed = true;
     out["determinism"] = {{"seeded_responses_checked", seeds.checked.load()}, {"mismatches", seeds.mismatches.load()}};
     if (seeds.mismatches) failed = true;
-    out["exit_status_after_sigterm"] = server.stop();
+    out["exit_status_after_sigterm"] = server.stop(SIGTERM, 10);
     if (!args.json) {
       std::printf("sqrtdk-serve on 127.0.0.1, --sessions %s, max_tokens %zu (machine shared: figures noisy)\n%s",
                   sessions.c_str(), max_tokens, table.str().c_str());

@@ -1,40 +1,28 @@
-// Helpers for the sqrtdk-serve tests: run the real executable as a child process on an ephemeral loopback port.
+// Helpers for the sqrtdk-serve tests: the real executable as a child process on an ephemeral loopback port
+// (tools/serve/child_server.h, shared with perf/bench_serve.cpp), serving the tests' toy model.
 #pragma once
 
-#include <cstddef>
+#include "tools/serve/child_server.h"
+
 #include <string>
 #include <vector>
 
-#include <sys/types.h>
-
 namespace sqrtdk::serve_test {
 
-// Starts bin/sqrtdk-serve with `args` plus --port 0 on 127.0.0.1 and waits (at most 30 s) for its
-// "listening on 127.0.0.1:PORT" line. The destructor sends SIGTERM (then SIGKILL after 10 s) if still running.
-class ServerProcess {
+// bin/sqrtdk-serve on the random-weight toy model (tests/serve/CMakeLists.txt): unlike the trained default model it
+// rarely emits EOS, so streams run as long as a test needs.
+class ServerProcess : public serve_harness::ChildServer {
  public:
-  explicit ServerProcess(const std::vector<std::string>& args);
-  ~ServerProcess();
-  ServerProcess(const ServerProcess&) = delete;
-  ServerProcess& operator=(const ServerProcess&) = delete;
-
-  int port() const { return port_; }
-  pid_t pid() const { return pid_; }
-  // Sends `sig` and waits (at most timeout_seconds) for the exit; returns the exit status, or -1 (killed, or
-  // it did not exit in time).
-  int stop(int sig, double timeout_seconds = 15);
-  bool running();
-  size_t rss_bytes() const;  // VmRSS from /proc/PID/status
+  explicit ServerProcess(const std::vector<std::string>& args) : ChildServer(SQRTDK_SERVE_BIN, with_model(args)) {}
 
  private:
-  pid_t pid_ = -1;
-  int port_ = 0;
+  static std::vector<std::string> with_model(std::vector<std::string> args) {
+    args.insert(args.begin(), {"--model", SQRTDK_SERVE_TEST_MODEL});
+    return args;
+  }
 };
 
-// A raw TCP connection to 127.0.0.1:port (for slow and many-connection clients); -1 on failure.
-int connect_loopback(int port);
-
-// Value of a sample line "name value" (or "name{labels} value") in Prometheus text; -1 if absent.
-double metric_value(const std::string& metrics, const std::string& name);
+using serve_harness::connect_loopback;
+using serve_harness::metric_value;
 
 }  // namespace sqrtdk::serve_test

@@ -1,5 +1,5 @@
-// Child-process and socket helpers for the sqrtdk-serve tests (see serve_test_util.h).
-#include "tests/serve/serve_test_util.h"
+// ChildServer and loopback helpers (see child_server.h).
+#include "tools/serve/child_server.h"
 
 #include <arpa/inet.h>
 #include <csignal>
@@ -17,15 +17,12 @@
 #include <thread>
 #include <unistd.h>
 
-namespace sqrtdk::serve_test {
+namespace sqrtdk::serve_harness {
 
-ServerProcess::ServerProcess(const std::vector<std::string>& args) {
+ChildServer::ChildServer(const std::string& exe, const std::vector<std::string>& args) {
   int out[2];
   if (pipe(out) != 0) throw std::runtime_error("pipe failed");
-  // A random-weight toy (tests/serve/CMakeLists.txt): unlike the trained default model it rarely emits EOS, so
-  // streams run as long as a test needs.
-  std::vector<std::string> argv_s = {SQRTDK_SERVE_BIN, "--host", "127.0.0.1", "--port", "0", "--model",
-                                     SQRTDK_SERVE_TEST_MODEL};
+  std::vector<std::string> argv_s = {exe, "--host", "127.0.0.1", "--port", "0"};
   argv_s.insert(argv_s.end(), args.begin(), args.end());
   pid_ = fork();
   if (pid_ < 0) throw std::runtime_error("fork failed");
@@ -72,11 +69,11 @@ ServerProcess::ServerProcess(const std::vector<std::string>& args) {
   }
 }
 
-ServerProcess::~ServerProcess() {
+ChildServer::~ChildServer() {
   if (pid_ > 0 && stop(SIGTERM, 10) < 0 && pid_ > 0) stop(SIGKILL);
 }
 
-int ServerProcess::stop(int sig, double timeout_seconds) {
+int ChildServer::stop(int sig, double timeout_seconds) {
   if (pid_ <= 0) return -1;
   kill(pid_, sig);
   for (double waited = 0; waited < timeout_seconds; waited += 0.01) {
@@ -90,13 +87,13 @@ int ServerProcess::stop(int sig, double timeout_seconds) {
   return -1;
 }
 
-bool ServerProcess::running() {
+bool ChildServer::running() {
   if (pid_ <= 0) return false;
   int status = 0;
   return waitpid(pid_, &status, WNOHANG) == 0;
 }
 
-size_t ServerProcess::rss_bytes() const {
+size_t ChildServer::rss_bytes() const {
   std::ifstream f("/proc/" + std::to_string(pid_) + "/status");
   std::string key;
   while (f >> key) {
@@ -110,9 +107,16 @@ size_t ServerProcess::rss_bytes() const {
   return 0;
 }
 
-int connect_loopback(int port) {
+int connect_loopback(int port, int timeout_seconds) {
   const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return -1;
+  if (timeout_seconds > 0) {
+    timeval tv{timeout_seconds, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  }
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_port = htons(static_cast<uint16_t>(port));
@@ -133,4 +137,4 @@ double metric_value(const std::string& metrics, const std::string& name) {
   return -1;
 }
 
-}  // namespace sqrtdk::serve_test
+}  // namespace sqrtdk::serve_harness
