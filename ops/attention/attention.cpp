@@ -61,18 +61,23 @@ void fused_prefill(Isa isa, const AttentionParams& p, AttentionWorkspace::Impl& 
   const size_t per_thread = round_up(fused_scratch_floats(plan), 16);
   ws.reserve_thread_scratch(static_cast<size_t>(threads), per_thread);
   const size_t n_items = p.n_kv_heads * plan.n_blocks;
-  // Items are independent and each writes its own output rows: any schedule gives the same bits. Dynamic
-  // scheduling because causal blocks differ in cost (block qb sees about qb+1 key tiles).
-#pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
-  for (size_t item = 0; item < n_items; ++item) {
+  auto item_fn = [&](size_t item, float* scratch) {
     // Later query blocks first (the most expensive under causal masking).
     const size_t qb = plan.n_blocks - 1 - item / p.n_kv_heads, g = item % p.n_kv_heads;
-    float* scratch = ws.thread_scratch(static_cast<size_t>(omp_get_thread_num()), per_thread);
     if (isa == Isa::avx512)
       fused_prefill_item_avx512(p, plan, g, qb, scratch);
     else
       fused_prefill_item_avx2(p, plan, g, qb, scratch);
+  };
+  if (threads <= 1) {  // no OpenMP region: entering one costs microseconds even for a team of one (libgomp)
+    for (size_t item = 0; item < n_items; ++item) item_fn(item, ws.thread_scratch(0, per_thread));
+    return;
   }
+  // Items are independent and each writes its own output rows: any schedule gives the same bits. Dynamic
+  // scheduling because causal blocks differ in cost (block qb sees about qb+1 key tiles).
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
+  for (size_t item = 0; item < n_items; ++item)
+    item_fn(item, ws.thread_scratch(static_cast<size_t>(omp_get_thread_num()), per_thread));
 }
 
 void fused_decode(Isa isa, const AttentionParams& p, AttentionWorkspace::Impl& ws, int threads) {
@@ -81,25 +86,32 @@ void fused_decode(Isa isa, const AttentionParams& p, AttentionWorkspace::Impl& w
   ws.reserve_thread_scratch(static_cast<size_t>(threads), per_thread);
   float* partials = ws.shared(decode_partial_floats(p, plan));
   const size_t n_items = p.n_kv_heads * plan.n_chunks;
+  auto chunk_item = [&](size_t item, float* scratch) {
+    const size_t g = item / plan.n_chunks, chunk = item % plan.n_chunks;
+    if (isa == Isa::avx512)
+      decode_chunk_avx512(p, plan, g, chunk, scratch, partials);
+    else
+      decode_chunk_avx2(p, plan, g, chunk, scratch, partials);
+  };
+  auto merge_head = [&](size_t h) {
+    const size_t g = h / plan.group, hh = h % plan.group;
+    if (isa == Isa::avx512)
+      decode_merge_avx512(p, plan, g, hh, partials);
+    else
+      decode_merge_avx2(p, plan, g, hh, partials);
+  };
+  if (threads <= 1) {  // no OpenMP region: it cost ~10 us per call here (measured), as much as a short decode step
+    for (size_t item = 0; item < n_items; ++item) chunk_item(item, ws.thread_scratch(0, per_thread));
+    for (size_t h = 0; h < p.n_heads; ++h) merge_head(h);
+    return;
+  }
 #pragma omp parallel num_threads(threads)
   {
     float* scratch = ws.thread_scratch(static_cast<size_t>(omp_get_thread_num()), per_thread);
 #pragma omp for schedule(static)
-    for (size_t item = 0; item < n_items; ++item) {
-      const size_t g = item / plan.n_chunks, chunk = item % plan.n_chunks;
-      if (isa == Isa::avx512)
-        decode_chunk_avx512(p, plan, g, chunk, scratch, partials);
-      else
-        decode_chunk_avx2(p, plan, g, chunk, scratch, partials);
-    }
+    for (size_t item = 0; item < n_items; ++item) chunk_item(item, scratch);
 #pragma omp for schedule(static)
-    for (size_t h = 0; h < p.n_heads; ++h) {
-      const size_t g = h / plan.group, hh = h % plan.group;
-      if (isa == Isa::avx512)
-        decode_merge_avx512(p, plan, g, hh, partials);
-      else
-        decode_merge_avx2(p, plan, g, hh, partials);
-    }
+    for (size_t h = 0; h < p.n_heads; ++h) merge_head(h);
   }
 }
 

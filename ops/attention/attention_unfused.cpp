@@ -68,7 +68,7 @@ void attention_unfused(Isa isa, const AttentionParams& p, AttentionWorkspace::Im
   auto scores_of = [&](size_t h, size_t t) {
     return p.observe ? p.observe->probs.data() + h * n * m : us.scores[t].data();
   };
-  if (!split_heads) {
+  if (!split_heads || threads <= 1) {  // one thread: no OpenMP region (entering one costs microseconds)
     for (size_t h = 0; h < p.n_heads; ++h) unfused_head(isa, p, h, scores_of(h, 0), us.gemm[0], threads);
     return;
   }

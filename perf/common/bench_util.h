@@ -33,6 +33,10 @@ double now_seconds();
 // `min_seconds`, it is repeated within one timed sample and the mean taken (so tiny kernels time accurately).
 double median_seconds(const std::function<void()>& fn, int reps, double min_seconds = 0.01);
 
+// Median of `reps` single calls, each after 96 MiB (3× the L3) has been written: the data fn reads comes from DRAM,
+// as in a forward pass where the other layers' weights and K/V caches evict it between uses.
+double median_seconds_cold(const std::function<void()>& fn, int reps);
+
 double median(std::vector<double> v);
 
 // Peak FP32 FMA GFLOP/s of `isa` with `n_threads` threads (independent-accumulator FMA loop; ref: scalar FMA loop).
