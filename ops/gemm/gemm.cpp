@@ -5,7 +5,7 @@
 // (multiples of mr rows and nr columns), so every element is computed by the same kernel in the same K order for
 // any thread count: results are bit-identical. M ≤ 16 (decode, small batch) splits N only, so each thread streams
 // its own share of the weights once.
-// Scratch: thread_local buffers (packed A blocks; copies of epilogue operands that alias dst) that grow on first use
+// Scratch: thread_local buffers (copies of epilogue operands that alias dst) that grow on first use
 // and are then reused: no allocation in the hot path once warm. OpenMP pool threads keep them across calls.
 #include "ops/gemm/gemm.h"
 
@@ -76,7 +76,7 @@ namespace {
 
 struct IsaKernels {
   BlockSizes bs;
-  void (*region)(const GemmCall&, size_t, size_t, size_t, size_t, float*);
+  void (*region)(const GemmCall&, size_t, size_t, size_t, size_t);
   void (*pack)(const float*, size_t, bool, size_t, size_t, size_t, size_t, float*);
   void (*direct)(size_t, size_t, size_t, float, const float*, size_t, const float*, size_t, bool, float*, size_t,
                  size_t, size_t);
@@ -173,8 +173,6 @@ void run_blocked(const IsaKernels& kern, const GemmCall& call, int n_threads) {
   const int nt = resolve_threads(n_threads);
   const Grid grid = choose_grid(call.M, call.N, bs, nt);
   const size_t k_block = std::min(gemm_detail::k_slice(bs, call.M, call.K), call.K);
-  const size_t rows = std::min(bs.mc, (call.M + bs.mr - 1) / bs.mr * bs.mr);
-  const size_t a_pack_floats = call.M == 1 ? 0 : rows * call.K;
   // An epilogue operand that overlaps dst must be read before dst is written: with several K slices dst holds
   // partial sums first, so such operands (and any inexact overlap) are copied per region before the kernel runs.
   const bool sliced = k_block < call.K;
@@ -186,12 +184,11 @@ void run_blocked(const IsaKernels& kern, const GemmCall& call, int n_threads) {
   const bool copy_residual = needs_copy(call.residual, call.ld_residual);
 
   run_threads(static_cast<int>(grid.tm * grid.tn), [&](int t) {
-    static thread_local AlignedBuffer<float> a_pack, multiply_copy, residual_copy;
+    static thread_local AlignedBuffer<float> multiply_copy, residual_copy;
     const size_t tmi = static_cast<size_t>(t) / grid.tn, tni = static_cast<size_t>(t) % grid.tn;
     const Range mr = split_range(call.M, grid.tm, tmi, bs.mr);
     const Range nr = split_range(call.N, grid.tn, tni, bs.nr);
     if (mr.begin >= mr.end || nr.begin >= nr.end) return;
-    grow(a_pack, a_pack_floats);
     GemmCall local = call;
     const size_t rows_t = mr.end - mr.begin, cols_t = nr.end - nr.begin;
     auto copy_region = [&](AlignedBuffer<float>& buf, const float* p, size_t ld, const float*& out_p,
@@ -212,7 +209,7 @@ void run_blocked(const IsaKernels& kern, const GemmCall& call, int n_threads) {
                   local.residual_m0, local.residual_n0);
     // All threads copy before any writes dst: a barrier is needed only if regions could read each other's
     // operands, and they cannot (each region copies exactly the elements it writes).
-    kern.region(local, mr.begin, mr.end, nr.begin, nr.end, a_pack.data());
+    kern.region(local, mr.begin, mr.end, nr.begin, nr.end);
   });
 }
 

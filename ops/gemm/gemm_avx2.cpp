@@ -32,8 +32,8 @@ constexpr int kMr = 6, kNv = 2, kDecodeU = 4;
 // nc 768 as for avx512 (same L2). Not tuned separately (see ops/gemm/README.md for the measured AVX2 figures).
 BlockSizes gemm_block_sizes_avx2() { return {kMr, kNv * 8, 256, 96, 768}; }
 
-void gemm_region_avx2(const GemmCall& call, size_t m0, size_t m1, size_t n0, size_t n1, float* a_pack) {
-  gemm_simd::gemm_region<Arch, kMr, kNv, kDecodeU>(gemm_block_sizes_avx2(), call, m0, m1, n0, n1, a_pack);
+void gemm_region_avx2(const GemmCall& call, size_t m0, size_t m1, size_t n0, size_t n1) {
+  gemm_simd::gemm_region<Arch, kMr, kNv, kDecodeU>(gemm_block_sizes_avx2(), call, m0, m1, n0, n1);
 }
 
 void pack_panels_avx2(const float* b, size_t ldb, bool b_is_kn, size_t N, size_t K, size_t n0, size_t n1,

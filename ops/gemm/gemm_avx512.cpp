@@ -40,8 +40,8 @@ constexpr int kMr = 6, kNv = 4, kDecodeU = 2;
 // beat 48 and 192; nc 768 (96×768 partial sums = 288 KiB in L2) beat 384 and 1536 (measured with 8×48).
 BlockSizes gemm_block_sizes_avx512() { return {kMr, kNv * 16, 256, 96, 768}; }
 
-void gemm_region_avx512(const GemmCall& call, size_t m0, size_t m1, size_t n0, size_t n1, float* a_pack) {
-  gemm_simd::gemm_region<Arch, kMr, kNv, kDecodeU>(gemm_block_sizes_avx512(), call, m0, m1, n0, n1, a_pack);
+void gemm_region_avx512(const GemmCall& call, size_t m0, size_t m1, size_t n0, size_t n1) {
+  gemm_simd::gemm_region<Arch, kMr, kNv, kDecodeU>(gemm_block_sizes_avx512(), call, m0, m1, n0, n1);
 }
 
 void pack_panels_avx512(const float* b, size_t ldb, bool b_is_kn, size_t N, size_t K, size_t n0, size_t n1,

@@ -14,7 +14,7 @@ struct BlockSizes {
   size_t mr;  // microkernel rows
   size_t nr;  // microkernel columns = packed panel width
   size_t kc;  // K slice: a B micro-panel kc×nr stays in L1 while A micro-panels stream from L2
-  size_t mc;  // rows of A per block (a multiple of mr): an mc×kc slice of packed A sits in L2
+  size_t mc;  // rows of A per block (a multiple of mr): an mc×kc slice of A sits in L2
   size_t nc;  // columns per block (a multiple of nr): the mc×nc partial sums stay in L2 across K slices
 };
 
@@ -43,17 +43,17 @@ struct GemmCall {
 inline size_t k_slice(const BlockSizes& bs, size_t M, size_t K) { return M <= bs.mr ? K : bs.kc; }
 
 // gemm_region_<isa>: computes dst rows [m0, m1) × columns [n0, n1) of the call (n0 a multiple of nr, m0 a
-// multiple of mr, so the tile grid is the same for any thread split). a_pack: scratch of at least mc × kc floats,
-// 64-byte aligned. M == 1 takes the streaming decode kernel (k-interleaved accumulators); else the blocked path.
+// multiple of mr, so the tile grid is the same for any thread split); src rows are read in place. M == 1 takes the
+// streaming decode kernel (k-interleaved accumulators); else the blocked path.
 // Kernels never allocate or throw.
 BlockSizes gemm_block_sizes_avx2();
-void gemm_region_avx2(const GemmCall& call, size_t m0, size_t m1, size_t n0, size_t n1, float* a_pack);
+void gemm_region_avx2(const GemmCall& call, size_t m0, size_t m1, size_t n0, size_t n1);
 void pack_panels_avx2(const float* b, size_t ldb, bool b_is_kn, size_t N, size_t K, size_t n0, size_t n1,
                      float* panels);
 void gemm_direct_avx2(size_t M, size_t N, size_t K, float alpha, const float* A, size_t lda, const float* B,
                      size_t ldb, bool b_is_kn, float* C, size_t ldc, size_t n0, size_t n1);
 BlockSizes gemm_block_sizes_avx512();
-void gemm_region_avx512(const GemmCall& call, size_t m0, size_t m1, size_t n0, size_t n1, float* a_pack);
+void gemm_region_avx512(const GemmCall& call, size_t m0, size_t m1, size_t n0, size_t n1);
 void pack_panels_avx512(const float* b, size_t ldb, bool b_is_kn, size_t N, size_t K, size_t n0, size_t n1,
                      float* panels);
 void gemm_direct_avx512(size_t M, size_t N, size_t K, float alpha, const float* A, size_t lda, const float* B,

@@ -1,8 +1,10 @@
 // GEMM kernels written once as templates on the xsimd Arch, instantiated per ISA (gemm_avx2.cpp, gemm_avx512.cpp).
 //
 // Microkernel contract (gemm_ukernel<Arch, MR, NV>), BLIS style:
-//   C[MR × n] (+)= Ap · Bp, then the epilogue if this is the last K slice, where
-//   Ap: a packed A micro-panel [kc][a_step] (row r of the tile at column r; a_step ≥ MR),
+//   C[MR × n] (+)= A · Bp, then the epilogue if this is the last K slice, where
+//   A:  MR rows of the source read in place, row r at a + r·lda, columns [0, kc) (no A packing: measured on Zen 5
+//       in an L1/L2-resident loop, 6 row streams broadcast as fast as a packed [kc][6] panel, 197–207 vs 192–201
+//       GFLOP/s, and the packing pass cost ~3% of a 512×768×768 product),
 //   Bp: a packed B micro-panel [kc][NR], NR = NV · lanes, 64-byte aligned, zero-padded beyond N,
 //   C:  row stride ldc; only columns [0, n) with n ≤ NR are read or written (masked at the edge).
 //   accumulate = false: C is never read (first K slice). Rows are exact: MR is the tile's real row count
@@ -102,7 +104,7 @@ __attribute__((noinline)) void store_tile(const float* tile, size_t rows, float*
 // See the contract at the top. `last`: the call whose epilogue to apply (nullptr if not the last K slice);
 // (m_global, n_global): the tile's origin in dst, for the epilogue operands.
 template <class Arch, int MR, int NV>
-void gemm_ukernel(size_t kc, const float* __restrict a, size_t a_step, const float* __restrict b, float* c,
+void gemm_ukernel(size_t kc, const float* __restrict a, size_t lda, const float* __restrict b, float* c,
                   size_t ldc, size_t n, bool accumulate, const GemmCall* last, size_t m_global, size_t n_global) {
   using V = Vec<Arch>;
   constexpr size_t L = V::size, NR = NV * L;
@@ -130,6 +132,9 @@ void gemm_ukernel(size_t kc, const float* __restrict a, size_t a_step, const flo
 #pragma GCC unroll 8
       for (int j = 0; j < NV; ++j) acc[r][j] = V(0.0f);
   }
+  const float* a_row[MR];
+#pragma GCC unroll 16
+  for (int r = 0; r < MR; ++r) a_row[r] = a + r * lda;
 #pragma GCC unroll 4
   for (size_t k = 0; k < kc; ++k) {
     V bv[NV];
@@ -137,7 +142,7 @@ void gemm_ukernel(size_t kc, const float* __restrict a, size_t a_step, const flo
     for (int j = 0; j < NV; ++j) bv[j] = V::load_aligned(b + k * NR + j * L);
 #pragma GCC unroll 16
     for (int r = 0; r < MR; ++r) {
-      const V av(a[k * a_step + r]);
+      const V av(a_row[r][k]);
 #pragma GCC unroll 8
       for (int j = 0; j < NV; ++j) acc[r][j] = xsimd::fma(av, bv[j], acc[r][j]);
     }
@@ -208,29 +213,12 @@ void gemm_decode_panel(size_t K, const float* __restrict a, const float* __restr
   store_tile<Arch, NV>(tile, 1, c, 0, n, false, &call, 0, n_global);
 }
 
-// Packs A rows [0, mc) × columns [0, kc) (row stride lda) into micro-panels of mr rows: panel p at
-// dst + p·mr·kc, layout [kc][mr]; rows past mc are zero (never read by exact-row kernels, but kept defined).
-template <class Arch>
-void pack_a_block(const float* src, size_t lda, size_t mc, size_t kc, size_t mr, float* __restrict dst) {
-  for (size_t i = 0; i < mc; i += mr) {
-    const size_t rows = std::min(mr, mc - i);
-    float* d = dst + i * kc;
-    for (size_t r = 0; r < rows; ++r) {
-      const float* s = src + (i + r) * lda;
-      for (size_t k = 0; k < kc; ++k) d[k * mr + r] = s[k];
-    }
-    for (size_t r = rows; r < mr; ++r)
-      for (size_t k = 0; k < kc; ++k) d[k * mr + r] = 0.0f;
-  }
-}
-
-// The five loops for one thread's region of dst. The weights are packed once at load, so there is no B packing
-// loop; A is packed once per MC row block for the whole K (one [kc][mr] micro-panel set per K slice), so the
-// NC × KC loops inside can revisit it. Order: ic (MC rows) → jc (NC columns: the MC × NC partial sums stay in L2
-// across the K slices) → pc (KC) → jr (NR: the kc × NR B micro-panel stays in L1) → ir (MR: A streams from L2).
+// The loops for one thread's region of dst. The weights are packed once at load and A is read in place, so there
+// is no packing loop. Order: ic (MC rows: the mc × kc slice of A stays in L2) → jc (NC columns: the MC × NC partial
+// sums stay in L2 across the K slices) → pc (KC) → jr (NR: the kc × NR B micro-panel is reused by every row tile)
+// → ir (MR).
 template <class Arch, int MR, int NV, int DecodeU>
-void gemm_region(const BlockSizes& bs, const GemmCall& call, size_t m0, size_t m1, size_t n0, size_t n1,
-                 float* a_pack) {
+void gemm_region(const BlockSizes& bs, const GemmCall& call, size_t m0, size_t m1, size_t n0, size_t n1) {
   constexpr size_t NR = NV * Vec<Arch>::size;
   assert(bs.mr == static_cast<size_t>(MR) && bs.nr == NR && n0 % NR == 0 && m0 % MR == 0);
   const size_t K = call.K;
@@ -243,24 +231,19 @@ void gemm_region(const BlockSizes& bs, const GemmCall& call, size_t m0, size_t m
   const auto& kernels = UkernelTable<Arch, MR, NV>::fns;
   const size_t k_block = gemm_detail::k_slice(bs, call.M, K);
   for (size_t ic = m0; ic < m1; ic += bs.mc) {
-    const size_t mc = std::min(bs.mc, m1 - ic), mc_pad = (mc + MR - 1) / MR * MR;
-    // K slice pc of this row block starts at a_pack + pc·mc_pad.
-    for (size_t pc = 0; pc < K; pc += k_block)
-      pack_a_block<Arch>(call.src + ic * call.lda + pc, call.lda, mc, std::min(k_block, K - pc), MR,
-                         a_pack + pc * mc_pad);
+    const size_t mc = std::min(bs.mc, m1 - ic);
     for (size_t jc = n0; jc < n1; jc += bs.nc) {
       const size_t jc_end = std::min(n1, jc + bs.nc);
       for (size_t pc = 0; pc < K; pc += k_block) {
         const size_t kc = std::min(k_block, K - pc);
         const GemmCall* last = pc + kc == K ? &call : nullptr;
-        const float* a_slice = a_pack + pc * mc_pad;
         for (size_t jr = jc; jr < jc_end; jr += NR) {
           const float* b = call.panels + jr * K + pc * NR;
           const size_t n = std::min(NR, jc_end - jr);
           for (size_t ir = 0; ir < mc; ir += MR) {
             const size_t m = std::min<size_t>(MR, mc - ir);
-            kernels[m - 1](kc, a_slice + ir * kc, MR, b, call.dst + (ic + ir) * call.ldc + jr, call.ldc, n, pc > 0,
-                           last, ic + ir, jr);
+            kernels[m - 1](kc, call.src + (ic + ir) * call.lda + pc, call.lda, b, call.dst + (ic + ir) * call.ldc + jr,
+                           call.ldc, n, pc > 0, last, ic + ir, jr);
           }
         }
       }
