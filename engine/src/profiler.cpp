@@ -102,6 +102,12 @@ OpObserver Profiler::observer() {
   return [this](const OpEvent& e) { events_.push_back({phase_, e, {}}); };
 }
 
+void Profiler::reserve(size_t n_events) {
+  const size_t kept = events_.size();
+  events_.resize(kept + n_events);  // constructs, so every page is written once now
+  events_.resize(kept);             // capacity stays
+}
+
 void Profiler::set_phase(const std::string& phase) { phase_ = phase; }
 
 void Profiler::begin_step(const std::string& label) {

@@ -25,7 +25,7 @@ struct BenchArgs {
   std::string prefill = "32,128,512";
   size_t decode = 128, decode_prompt = 32;
   int reps = 5;
-  bool json = false, csv = false, quiet = false, cached_roofs = false;
+  bool json = false, csv = false, quiet = false, cached_roofs = false, profiler_overhead = false;
 };
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
@@ -51,6 +51,7 @@ struct Row {
   std::vector<std::pair<size_t, double>> prefill;  // (tokens, tokens/s)
   std::vector<double> prefill_roof_pct;
   double decode_tps = 0, decode_roof_pct = 0, decode_roof_tps = 0;
+  double decode_tps_profiled = 0;  // with a Profiler attached (--profiler-overhead), else 0
 };
 
 void run(const BenchArgs& a) {
@@ -105,15 +106,29 @@ void run(const BenchArgs& a) {
       row.prefill.emplace_back(n, median(tps));
       row.prefill_roof_pct.push_back(100.0 * median(tps) / roof_tps);
     }
-    std::vector<double> tps;
-    for (int r = 0; r <= a.reps; ++r) {
+    std::vector<double> tps, tps_profiled;
+    auto decode_run = [&](Profiler* prof) {
       session.reset();
       session.prefill(std::span<const uint32_t>(tokens.data(), a.decode_prompt));
+      if (prof) session.set_op_observer(prof->observer());
       const auto t0 = std::chrono::steady_clock::now();
       for (size_t i = 0; i < a.decode; ++i) session.decode(tokens[a.decode_prompt + i]);
-      if (r > 0) tps.push_back(a.decode / seconds_since(t0));
+      const double tokens_per_s = a.decode / seconds_since(t0);
+      session.set_op_observer(nullptr);
+      return tokens_per_s;
+    };
+    for (int r = 0; r <= a.reps; ++r) {
+      const double off = decode_run(nullptr);
+      if (r > 0) tps.push_back(off);
+      if (a.profiler_overhead) {  // interleaved with the plain runs, so drift hits both alike
+        Profiler prof(roofs);
+        prof.reserve(a.decode * (24 * c.n_layers + 16));  // > ops per token; allocation outside the timed run
+        const double on = decode_run(&prof);
+        if (r > 0) tps_profiled.push_back(on);
+      }
       progress.update(++step);
     }
+    if (a.profiler_overhead) row.decode_tps_profiled = median(tps_profiled);
     // Bytes per decoded token: every packed weight once + K and V of the mean cache length.
     const double mean_keys = a.decode_prompt + 0.5 * a.decode;
     const double bytes_per_token =
@@ -125,6 +140,10 @@ void run(const BenchArgs& a) {
                          {"decode_ms_per_token", 1e3 / row.decode_tps}, {"decode_roof_tokens_per_s", row.decode_roof_tps},
                          {"decode_pct_of_roofline", row.decode_roof_pct}, {"peak_gflops", roofs.peak_gflops},
                          {"dram_gbs", roofs.dram_gbs}, {"roofs_source", roofs.source}};
+    if (a.profiler_overhead) {
+      jr["decode_tokens_per_s_profiler_on"] = row.decode_tps_profiled;
+      jr["profiler_overhead_pct"] = 100.0 * (1.0 - row.decode_tps_profiled / row.decode_tps);
+    }
     for (size_t i = 0; i < row.prefill.size(); ++i)
       jr["prefill"].push_back({{"tokens", row.prefill[i].first}, {"tokens_per_s", row.prefill[i].second},
                                {"pct_of_roofline", row.prefill_roof_pct[i]}});
@@ -173,6 +192,10 @@ void run(const BenchArgs& a) {
       std::printf(" %.1f (%.0f%%) |", r.prefill[i].second, r.prefill_roof_pct[i]);
     std::printf(" %.1f (%.0f%%) | %.2f |\n", r.decode_tps, r.decode_roof_pct, 1e3 / r.decode_tps);
   }
+  for (const Row& r : rows)
+    if (a.profiler_overhead)
+      std::printf("\nthreads %d: decode with the profiler on %.1f tok/s: overhead %.1f%% (medians, runs interleaved)",
+                  r.threads, r.decode_tps_profiled, 100.0 * (1.0 - r.decode_tps_profiled / r.decode_tps));
   std::printf("\ndecode: %zu tokens after a %zu-token prompt; medians of %d runs; roofline = FMA peak / FLOPs per "
               "token (prefill), DRAM bandwidth / bytes per token (decode)\n",
               a.decode, a.decode_prompt, a.reps);
@@ -195,6 +218,8 @@ void add_bench_command(CLI::App& app) {
   auto* j = cmd->add_flag("--json", a->json, "print JSON");
   cmd->add_flag("--csv", a->csv, "print CSV")->excludes(j);
   cmd->add_flag("-q,--quiet", a->quiet, "no progress bar");
+  cmd->add_flag("--profiler-overhead", a->profiler_overhead,
+                "also time decode with a Profiler attached (runs interleaved) and print the overhead");
   cmd->add_flag("--cached-roofs", a->cached_roofs,
                 "use the cached machine roofs (~/.cache/sqrtdk/roofs.json) instead of measuring them in this run");
   cmd->callback([a] { run(*a); });

@@ -53,6 +53,9 @@ class Profiler {
   explicit Profiler(MachineRoofs roofs);
   // The callback to pass to Session::set_op_observer. It records into this profiler, which must outlive its use.
   OpObserver observer();
+  // Makes room for n_events recorded events and faults its pages in now, so recording during the timed run does not
+  // pay for allocation (first-touch page faults cost ~12 us per 4 KiB page in this VM: ~0.4 us per event).
+  void reserve(size_t n_events);
   // Tags the events that follow (e.g. "prefill", "decode").
   void set_phase(const std::string& phase);
   // Marks one forward call (a "token" slice in the trace): call around each prefill/decode.
