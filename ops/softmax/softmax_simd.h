@@ -127,9 +127,51 @@ inline Batch<Arch> fill_from(Batch<Arch> v, size_t n, float fill) {
   }
 }
 
+// Rows of at most kShortRowVectors vectors (128 floats on avx512: attention rows of short contexts) after the max
+// pass: exp, sum and normalize with the exponentials held in registers, so the row is written once and never
+// re-read (the long-row path stores e, then reads it back to normalize). Same sum order as the long path.
+inline constexpr size_t kShortRowVectors = 8;
+
+template <class Arch>
+inline void softmax_row_short(const float* src, float* dst, size_t n_valid, Batch<Arch> neg_max, Batch<Arch> vscale,
+                              const float* mask) {
+  using B = Batch<Arch>;
+  constexpr size_t W = B::size;
+  const size_t n_full = n_valid / W, tail = n_valid - n_full * W;
+  B e[kShortRowVectors];
+  B s0(0.0f), s1(0.0f);
+#pragma GCC unroll 8
+  for (size_t i = 0; i < kShortRowVectors; ++i) {
+    if (i >= n_full) break;
+    const B x = B::load_unaligned(src + i * W);
+    const B z = mask ? xsimd::fma(x, vscale, B::load_unaligned(mask + i * W)) + neg_max : xsimd::fma(x, vscale, neg_max);
+    e[i] = exp_rr2_p5<Arch>(z);
+    if (i % 2 == 0)
+      s0 += e[i];
+    else
+      s1 += e[i];
+  }
+  double sum = n_full > 0 ? xsimd::hadd(s0 + s1) : 0.0;
+  B e_tail(0.0f);
+  if (tail > 0) {
+    const B x = load_partial<Arch>(src + n_full * W, tail);
+    const B y = mask ? xsimd::fma(x, vscale, load_partial<Arch>(mask + n_full * W, tail)) : x * vscale;
+    e_tail = fill_from<Arch>(exp_rr2_p5<Arch>(fill_from<Arch>(y, tail, -std::numeric_limits<float>::infinity()) + neg_max),
+                             tail, 0.0f);
+    sum += xsimd::hadd(e_tail);
+  }
+  const B inv(static_cast<float>(1.0 / sum));
+#pragma GCC unroll 8
+  for (size_t i = 0; i < kShortRowVectors; ++i) {
+    if (i >= n_full) break;
+    (e[i] * inv).store_unaligned(dst + i * W);
+  }
+  if (tail > 0) store_partial<Arch>(dst + n_full * W, e_tail * inv, tail);
+}
+
 // One softmax row: dst[j] = softmax(scale*src + mask)[j] for j < n_valid, dst[j] = 0 for n_valid <= j < n_cols.
 // mask may be null. Three passes (max; exp + sum; normalize): the row is read from memory once, the later passes
-// hit cache for rows up to L2 size.
+// hit cache for rows up to L2 size. Short rows take softmax_row_short after the max pass.
 template <class Arch>
 inline void softmax_row(const float* src, float* dst, size_t n_valid, size_t n_cols, float scale, const float* mask) {
   using B = Batch<Arch>;
@@ -168,6 +210,11 @@ inline void softmax_row(const float* src, float* dst, size_t n_valid, size_t n_c
   }
   // z = y - max, with the subtraction folded into the scaling FMA when there is no mask.
   const B neg_max(-row_max);
+  if (n_valid <= kShortRowVectors * W) {
+    softmax_row_short<Arch>(src, dst, n_valid, neg_max, vscale, mask);
+    for (size_t i = n_valid; i < n_cols; ++i) dst[i] = 0.0f;
+    return;
+  }
   auto z_at = [&](size_t j) {
     const B x = B::load_unaligned(src + j);
     return mask ? xsimd::fma(x, vscale, B::load_unaligned(mask + j)) + neg_max : xsimd::fma(x, vscale, neg_max);
