@@ -176,6 +176,9 @@ struct UkernelTable {
   static constexpr std::array<Fn, MR> fns = make(std::make_index_sequence<MR>{});
 };
 
+// Rows of the panel the decode kernel prefetches ahead of its loads (reading past the panel's end only prefetches).
+inline constexpr size_t kDecodePrefetchRows = 8;
+
 // One panel of the M = 1 product: c[0, n) = epilogue(a[0, K) · panel), panel [K][NR].
 template <class Arch, int NV, int U>
 void gemm_decode_panel(size_t K, const float* __restrict a, const float* __restrict b, float* c, size_t n,
@@ -189,6 +192,11 @@ void gemm_decode_panel(size_t K, const float* __restrict a, const float* __restr
     for (int j = 0; j < NV; ++j) acc[u][j] = V(0.0f);
   size_t k = 0;
   for (; k + U <= K; k += U) {
+    // Software prefetch ~2 KiB ahead of the panel stream (the weights come from DRAM once per token).
+#pragma GCC unroll 8
+    for (int u = 0; u < U; ++u)
+#pragma GCC unroll 8
+      for (int j = 0; j < NV; ++j) __builtin_prefetch(b + (k + u + kDecodePrefetchRows) * NR + j * L);
 #pragma GCC unroll 8
     for (int u = 0; u < U; ++u) {
       const V av(a[k + u]);

@@ -240,7 +240,9 @@ TEST_CASE("hostile: an allocation that fails is a clear Error and the process li
     cap.rlim_cur = cap.rlim_max = (rlim_t{mapped_kib} << 10) + (rlim_t{256} << 20);
     if (setrlimit(RLIMIT_AS, &cap) != 0) _exit(10);
     try {
-      Session big(model);  // max_context = max_seq: the 2 GiB cache
+      SessionOptions full;
+      full.n_threads = 1;
+      Session big(model, full);  // max_context = max_seq: the 2 GiB cache
       _exit(11);          // the allocation should not have succeeded
     } catch (const Error& e) {
       const std::string what = e.what();
@@ -253,6 +255,7 @@ TEST_CASE("hostile: an allocation that fails is a clear Error and the process li
     try {
       SessionOptions small;
       small.max_context = 64;
+      small.n_threads = 1;  // no OpenMP team in a forked child (libgomp's pool does not survive fork)
       Session ok(model, small);
       const std::vector<uint32_t> prompt = {1, 2, 3};
       const auto logits = ok.prefill(prompt);
