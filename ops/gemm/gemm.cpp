@@ -225,6 +225,12 @@ void apply_epilogue_ref(float& out, double acc, const GemmEpilogue& e, size_t m,
 
 }  // namespace
 
+GemmBlocking gemm_blocking(Isa isa) {
+  if (isa == Isa::ref) return {1, 1, 1, 1, 1};
+  const BlockSizes bs = kernels_for(isa).bs;
+  return {bs.mr, bs.nr, bs.kc, bs.mc, bs.nc};
+}
+
 // ---------------------------------------------------------------------------------------------------------------
 // PackedWeights
 

@@ -43,6 +43,13 @@ const char* gemm_backend_name(GemmBackend backend);
 // SQRTDK_GEMM=sqrtdk|onednn (sqrtdk::Error if unknown); default sqrtdk. Read once.
 GemmBackend default_gemm_backend();
 
+// The blocking of an ISA's kernel (tile MR × NR, K slice KC, row block MC, column block NC), e.g. for tests that
+// aim at every tile edge. Isa::ref has no tiles: all 1.
+struct GemmBlocking {
+  size_t mr, nr, kc, mc, nc;
+};
+GemmBlocking gemm_blocking(Isa isa);
+
 // Weights [N, K] packed once at load for one ISA and backend; immutable afterwards, movable.
 //   sqrtdk backend, avx2/avx512: ceil(N/NR) panels of [K][NR] floats (K-major, 64-byte aligned, N zero-padded).
 //   sqrtdk backend, ref: a plain copy [N][K].

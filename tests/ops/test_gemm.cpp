@@ -1,5 +1,5 @@
 // Tests of ops/gemm: every ISA in supported_isas() and the oneDNN backend against gemm_ref (double accumulation)
-// over shapes that hit every tile edge of both SIMD kernels (avx512 6×64, avx2 6×16; kc 256; mc 96; nc 768),
+// over shapes that hit every tile edge of both SIMD kernels (each kernel's MR, NR, KC, MC, NC from gemm_blocking),
 // with leading dimensions larger than widths and sentinels past each row's end; epilogues (incl. residual
 // aliasing dst); gemm_unpacked in both B layouts; bitwise equality across thread counts; bad arguments.
 #include "ops/gemm/gemm.h"
@@ -126,25 +126,43 @@ void check_shape(size_t M, size_t N, size_t K, uint32_t seed, bool with_onednn =
   check_case({M, N, K, K + 3, N + 5, K + 2}, {}, seed, false, with_onednn);
 }
 
+// A K larger than every SIMD kernel's KC (and not a multiple of any): blocked products then keep partial sums in
+// dst between K slices, the path epilogue operands aliasing dst must survive.
+size_t sliced_k() {
+  size_t kc = 1;
+  for (Isa isa : supported_isas()) kc = std::max(kc, gemm_blocking(isa).kc);
+  return kc + 88;
+}
+
 }  // namespace
 
 TEST_CASE("gemm: shapes across every tile edge, every ISA and the onednn backend") {
-  // M: 1..8 (mr 6 ± 1), 2·mr + 1 (13), mc + 1 (97), 513.
-  for (size_t M : {1, 2, 3, 4, 5, 6, 7, 8, 13, 97, 513}) check_shape(M, 33, 385, 10, true);
-  // N: 1, nr ± 1 for nr 16 and 64, 3·nr + 5 (53, 197), nc + 1 (769), 3072.
-  for (size_t N : {1, 15, 16, 17, 63, 64, 65, 53, 197, 769, 3072})
-    for (size_t M : {1, 5, 15}) check_shape(M, N, N >= 769 ? 64 : 256, 20);
-  // K: 1, 7, kc − 1, kc, kc + 1, 3072 (several K slices; M ≤ mr takes one slice of the whole K).
-  for (size_t K : {1, 7, 255, 256, 257, 3072})
-    for (size_t M : {1, 3, 7, 13}) check_shape(M, 33, K, 30);
-  // Several MC, NC and K blocks at once.
-  check_shape(100, 800, 400, 35, true);
+  // The edges of each SIMD kernel's own blocking (avx512 6×64, avx2 4×24, their KC, MC, NC), every shape checked
+  // on every ISA and oneDNN.
+  for (Isa isa : supported_isas()) {
+    if (isa == Isa::ref) continue;
+    const GemmBlocking b = gemm_blocking(isa);
+    CAPTURE(isa_name(isa));
+    // M: 1 .. mr + 1, 2·mr + 1, mc + 1, 513.
+    std::vector<size_t> ms;
+    for (size_t m = 1; m <= b.mr + 1; ++m) ms.push_back(m);
+    for (size_t m : {2 * b.mr + 1, b.mc + 1, size_t{513}}) ms.push_back(m);
+    for (size_t M : ms) check_shape(M, 33, 385, 10, true);
+    // N: 1, nr − 1, nr, nr + 1, 3·nr + 5, nc + 1, 3072.
+    for (size_t N : {size_t{1}, b.nr - 1, b.nr, b.nr + 1, 3 * b.nr + 5, b.nc + 1, size_t{3072}})
+      for (size_t M : {size_t{1}, b.mr - 1, 2 * b.mr + 3}) check_shape(M, N, N > b.nc ? 64 : 256, 20);
+    // K: 1, 7, kc − 1, kc, kc + 1, 3072 (several K slices; M ≤ mr takes one slice of the whole K).
+    for (size_t K : {size_t{1}, size_t{7}, b.kc - 1, b.kc, b.kc + 1, size_t{3072}})
+      for (size_t M : {size_t{1}, size_t{3}, b.mr + 1, 2 * b.mr + 1}) check_shape(M, 33, K, 30);
+    // Several MC, NC and K blocks at once.
+    check_shape(b.mc + 4, b.nc + 32, b.kc + 144, 35, true);
+  }
 }
 
 TEST_CASE("gemm: epilogues (bias, gelu_tanh, silu, multiply, residual)") {
   for (Activation act : {Activation::none, Activation::gelu_tanh, Activation::silu})
     for (size_t M : {1, 4, 31})
-      for (size_t K : {19, 600}) {
+      for (size_t K : {size_t{19}, sliced_k()}) {
         CAPTURE(activation_name(act));
         CAPTURE(M);
         CAPTURE(K);
@@ -156,10 +174,10 @@ TEST_CASE("gemm: epilogues (bias, gelu_tanh, silu, multiply, residual)") {
 }
 
 TEST_CASE("gemm: residual aliasing dst (in-place residual add)") {
-  // K 600 > kc forces partial sums through dst for M > mr: the aliased residual must still be the original.
+  // K > kc forces partial sums through dst for M > mr: the aliased residual must still be the original.
   for (const Backend& b : all_backends())
     for (size_t M : {1, 3, 40})
-      for (size_t K : {20, 600}) {
+      for (size_t K : {size_t{20}, sliced_k()}) {
         CAPTURE(b.name());
         CAPTURE(M);
         CAPTURE(K);
