@@ -140,14 +140,15 @@ size_t fused_scratch_floats(const FusedPlan& plan) {
 DecodePlan make_decode_plan(const AttentionParams& p, size_t vector_width) {
   DecodePlan plan;
   plan.group = p.n_heads / p.n_kv_heads;
-  plan.n_chunks = (p.n_keys() + kDecodeChunk - 1) / kDecodeChunk;
+  plan.chunk_keys = decode_chunk_keys(p.n_kv_heads);
+  plan.n_chunks = (p.n_keys() + plan.chunk_keys - 1) / plan.chunk_keys;
   plan.dim_padded = round_up(p.head_dim, vector_width);
   plan.partial_stride = plan.dim_padded + 2;
   return plan;
 }
 
 size_t decode_scratch_floats(const DecodePlan& plan) {
-  return plan.group * plan.dim_padded + plan.group * kDecodeChunk;  // scaled q rows, scores
+  return plan.group * plan.dim_padded + plan.group * plan.chunk_keys;  // scaled q rows, scores
 }
 
 size_t decode_partial_floats(const AttentionParams& p, const DecodePlan& plan) {

@@ -15,9 +15,12 @@ inline constexpr size_t kBc = 64;
 // Query rows (G heads × queries) per work item of the fused path: each K/V tile read feeds this many rows; smaller
 // blocks re-read K/V more often, larger ones give fewer work items to share between threads.
 inline constexpr size_t kTargetRows = 64;
-// Keys per decode chunk: a fixed partition of the cache (independent of the thread count); 256 keys × head_dim
-// 64..128 is 64..128 KiB of K+V per work item, and a cache of 512 keys already gives 2 chunks per head.
-inline constexpr size_t kDecodeChunk = 256;
+// Keys per decode work item, by shape only (never by thread count, so results do not depend on it): long chunks
+// when there are kv heads enough to keep the threads busy (K then V of 1024 keys are two long sequential reads: cold
+// 12×64 decode at 2048-8192 keys streamed 29 GB/s against 21-27 with 256-key chunks, 1 thread), short ones so a
+// few kv heads (MQA) still split a long cache across threads.
+inline constexpr size_t kDecodeChunkLong = 1024, kDecodeChunkShort = 256;
+inline size_t decode_chunk_keys(size_t n_kv_heads) { return n_kv_heads >= 4 ? kDecodeChunkLong : kDecodeChunkShort; }
 
 // Fused prefill: work item (g, qb) = kv head g, queries [qb*block, min(n_queries, (qb+1)*block)).
 struct FusedPlan {
@@ -31,10 +34,11 @@ struct FusedPlan {
 FusedPlan make_fused_plan(const AttentionParams& p, size_t vector_width);
 size_t fused_scratch_floats(const FusedPlan& plan);  // per thread
 
-// Decode (n_queries = 1): work item (g, chunk) = kv head g, keys [chunk*kDecodeChunk, ...).
+// Decode (n_queries = 1): work item (g, chunk) = kv head g, keys [chunk*chunk_keys, ...).
 struct DecodePlan {
   size_t group = 0;           // G query heads per kv head
-  size_t n_chunks = 0;        // ceil(n_keys / kDecodeChunk)
+  size_t chunk_keys = 0;      // decode_chunk_keys(n_kv_heads)
+  size_t n_chunks = 0;        // ceil(n_keys / chunk_keys)
   size_t dim_padded = 0;      // head_dim rounded up to the vector width
   size_t partial_stride = 0;  // floats per (chunk, head) partial: max, sum, O[dim_padded]
 };

@@ -30,7 +30,6 @@
 namespace sqrtdk::ops::simd {
 
 using ops::kBc;
-using ops::kDecodeChunk;
 
 // Masked access to the first `lanes` lanes of a vector (lanes in [1, W]).
 template <class Arch>
@@ -257,9 +256,9 @@ void decode_chunk(const AttentionParams& p, const DecodePlan& plan, size_t g, si
   constexpr size_t W = V::size;
   using TS = TileShape<Arch>;
   const size_t d = p.head_dim, G = plan.group, dp = plan.dim_padded;
-  const size_t k0 = chunk * kDecodeChunk, nk = std::min(kDecodeChunk, p.n_keys() - k0);
+  const size_t ck = plan.chunk_keys, k0 = chunk * ck, nk = std::min(ck, p.n_keys() - k0);
   float* qs = scratch;          // [G][dp] scale * q, zero padded
-  float* s = qs + G * dp;       // [G][kDecodeChunk] scores, then probabilities
+  float* s = qs + G * dp;       // [G][chunk_keys] scores, then probabilities
   for (size_t hh = 0; hh < G; ++hh) {
     const float* qh = p.q + (g * G + hh) * d;
     for (size_t c = 0; c < d; ++c) qs[hh * dp + c] = p.scale * qh[c];
@@ -290,21 +289,21 @@ void decode_chunk(const AttentionParams& p, const DecodePlan& plan, size_t g, si
       }
       const V sums = sum_lanes<Arch>(acc);
       if (nj == W)
-        sums.store_unaligned(s + hh * kDecodeChunk + j0);
+        sums.store_unaligned(s + hh * ck + j0);
       else
-        store_partial<Arch>(s + hh * kDecodeChunk + j0, sums, nj);
+        store_partial<Arch>(s + hh * ck + j0, sums, nj);
     }
   }
   for (size_t hh = 0; hh < G; ++hh) {
     float* part = partials + ((g * plan.n_chunks + chunk) * G + hh) * plan.partial_stride;
     OnlineSoftmaxState st;
-    online_softmax_block<Arch>(st, s + hh * kDecodeChunk, nk);
+    online_softmax_block<Arch>(st, s + hh * ck, nk);
     part[0] = st.max;
     part[1] = st.sum;
   }
   // O_partial[G][d] = P[G][nk] · V[nk][d]
   float* o0 = partials + (g * plan.n_chunks + chunk) * G * plan.partial_stride + 2;
-  tiles<Arch, TS::pv_mr, TS::pv_nv>(G, d, nk, s, kDecodeChunk, 1, vg, d, o0, plan.partial_stride, false);
+  tiles<Arch, TS::pv_mr, TS::pv_nv>(G, d, nk, s, ck, 1, vg, d, o0, plan.partial_stride, false);
 }
 
 // Combines the chunks of head (g, hh) in chunk order and writes its output row.
