@@ -1,14 +1,17 @@
 // Attention: argument checks, path choice, work partition and threading; the kernels are in attention_simd.h
 // (fused), attention_unfused.cpp (GEMM + softmax) and attention_ref.cpp (the spec).
 //
-// Path choice (automatic): fused, except when the observer hook asks for the probabilities (the unfused path
-// materializes them anyway). Measured on the 2-core Zen 5 VM on 2026-11-30 while it was heavily shared (load
-// average 9-24 on 2 cores, so absolute figures are low and noisy): interleaved fused/unfused runs, 1 thread, avx512,
-// ratio of the fastest of 11-21 runs each: prefill 12x64 n=m=128: 1.99; 32x128 n=m=128: 2.70; 12x64 n=m=512: 2.69;
-// decode 12x64 m=2048: 1.22; decode 32/8x128 m=8192: 2.10; decode 12x64 m=8192: 0.93 (within the noise seen there).
-// bench-attention's medians in the same session (README / report) agree except where a run was disturbed. No
-// crossover was found, so there is no shape rule yet; bench-attention reports the fused/unfused ratio per shape so
-// a rule can be added here if a quiet machine shows one. SQRTDK_ATTENTION=fused|unfused forces a path.
+// Path choice (automatic, choose_attention_path): from bench-attention on the quiet 2-core Zen 5 VM, 2026-11-30,
+// fused/unfused ratios at 1 and 2 threads (README has the tables):
+//   - causal prefill (what a decoder runs): fused 1.13–1.92× at 512+ keys for every head shape (it skips masked
+//     tiles; the unfused path computes the whole n × m product); at 128 keys 1.03–1.30× except MHA with head_dim 128
+//     (32×128: 0.74–0.78×) -> unfused there;
+//   - non-causal prefill: unfused 1.04–1.6× faster at head_dim 128 and about even at 64 (fused 0.92–1.25×) -> unfused
+//     while its n × m score buffer stays within kUnfusedScoreCap per thread, fused beyond (memory O(tile));
+//   - decode: GQA fused 1.04–2.05× (cold caches); MHA fused 1.41–1.54× at 128 keys, 0.96–1.00× at 512 and
+//     0.71–0.92× at 2048–8192 (the unfused path streams K, then V) -> unfused for MHA past 1024 keys.
+// The probabilities hook (observe) always takes the unfused path, which materializes them anyway.
+// SQRTDK_ATTENTION=fused|unfused forces a path.
 #include "ops/attention/attention.h"
 
 #include "engine/src/aligned_buffer.h"
@@ -204,7 +207,14 @@ AttentionPath default_attention_path() {
 }
 
 AttentionPath choose_attention_path(const AttentionParams& p) {
+  constexpr size_t kUnfusedScoreCap = size_t{4} << 20;  // floats of one head's scores: 16 MiB per thread
+  constexpr size_t kMhaDecodeUnfusedKeys = 1024;
   if (p.observe != nullptr) return AttentionPath::unfused;
+  const bool mha = p.n_heads == p.n_kv_heads;
+  const size_t n = p.n_queries, m = p.n_keys();
+  if (n == 1) return mha && m > kMhaDecodeUnfusedKeys ? AttentionPath::unfused : AttentionPath::fused;
+  if (!p.causal) return n * m <= kUnfusedScoreCap ? AttentionPath::unfused : AttentionPath::fused;
+  if (mha && p.head_dim >= 128 && m <= 256) return AttentionPath::unfused;
   return AttentionPath::fused;
 }
 

@@ -247,3 +247,28 @@ TEST_CASE("attention: invalid parameters throw sqrtdk::Error naming the field") 
   const bool env_set = std::getenv("SQRTDK_ATTENTION") != nullptr;
   if (!env_set) CHECK(default_attention_path() == AttentionPath::automatic);
 }
+
+TEST_CASE("attention: the automatic path follows the measured crossovers (attention.cpp)") {
+  auto shape = [](size_t heads, size_t kv_heads, size_t d, size_t n, size_t m, bool causal) {
+    AttentionParams p;
+    p.n_heads = heads, p.n_kv_heads = kv_heads, p.head_dim = d, p.n_queries = n, p.pos0 = m - n, p.causal = causal;
+    return choose_attention_path(p);
+  };
+  // Decode: GQA fused at any length; MHA fused up to 1024 keys, unfused past it.
+  CHECK(shape(32, 8, 128, 1, 8192, true) == AttentionPath::fused);
+  CHECK(shape(12, 12, 64, 1, 512, true) == AttentionPath::fused);
+  CHECK(shape(12, 12, 64, 1, 2048, true) == AttentionPath::unfused);
+  // Causal prefill: fused, except short MHA with head_dim 128.
+  CHECK(shape(12, 12, 64, 128, 128, true) == AttentionPath::fused);
+  CHECK(shape(32, 32, 128, 128, 128, true) == AttentionPath::unfused);
+  CHECK(shape(32, 32, 128, 512, 512, true) == AttentionPath::fused);
+  CHECK(shape(32, 8, 128, 128, 128, true) == AttentionPath::fused);
+  // Non-causal: unfused while one head's scores fit the cap (4 Mi floats), fused beyond.
+  CHECK(shape(12, 12, 64, 2048, 2048, false) == AttentionPath::unfused);
+  CHECK(shape(12, 12, 64, 4096, 4096, false) == AttentionPath::fused);
+  // The probabilities hook always takes the unfused path.
+  AttentionProbs probs;
+  AttentionParams p;
+  p.n_heads = 8, p.n_kv_heads = 1, p.head_dim = 64, p.n_queries = 1, p.pos0 = 99, p.observe = &probs;
+  CHECK(choose_attention_path(p) == AttentionPath::unfused);
+}
