@@ -37,7 +37,9 @@ double median(std::vector<double> v) {
   return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
 }
 
-// FLOPs of one token at position pos (linear layers + attention over pos + 1 keys + lm head).
+// FLOPs of one token at position pos (linear layers + attention over pos + 1 keys + lm head). Prefill computes the
+// lm head for its last position only: the prefill count subtracts it for the others (lm_head_flops).
+double lm_head_flops(const ModelConfig& c) { return 2.0 * c.d_model * c.n_vocab; }
 double flops_per_token(const ModelConfig& c, size_t pos) {
   const double d = c.d_model, hd = c.head_dim, q = c.n_heads * hd, kv = c.n_kv_heads * hd;
   const double ffn = c.arch == Arch::llama ? 3.0 * d * c.d_ff : 2.0 * d * c.d_ff;
@@ -102,6 +104,7 @@ void run(const BenchArgs& a) {
       }
       double flops = 0;
       for (size_t p = 0; p < n; ++p) flops += flops_per_token(c, p);
+      flops -= (n - 1) * lm_head_flops(c);  // logits of the last position only
       const double roof_tps = roofs.peak_gflops * 1e9 / (flops / n);
       row.prefill.emplace_back(n, median(tps));
       row.prefill_roof_pct.push_back(100.0 * median(tps) / roof_tps);
