@@ -80,6 +80,11 @@ uint32_t crc32_with(CrcPath path, const void* data, size_t size, uint32_t crc = 
 // CRC of the concatenation A||B from crc(A), crc(B) and len(B) (zlib's crc32_combine).
 uint32_t crc32_combine(uint32_t crc1, uint32_t crc2, uint64_t len2);
 
+
+// Drops the pages of a read-only file mapping that lie wholly inside [p, p + bytes) from the resident set (a
+// later touch re-reads them from the page cache). The one place the loader and Model::load release file pages.
+void drop_mapped_pages(const void* p, uint64_t bytes);
+
 }  // namespace sqrtdk::format_detail
 
 namespace sqrtdk {

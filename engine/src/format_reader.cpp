@@ -70,15 +70,14 @@ std::vector<Piece> make_pieces(const std::vector<TensorInfo>& tensors) {
 // without MADV_POPULATE_READ (Linux < 5.14) the scan faults pages in as it goes.
 template <class Fn>
 uint64_t scan_piece(const unsigned char* base, const Piece& piece, const Fn& fn) {
-  static const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
-  const auto begin = reinterpret_cast<uintptr_t>(base + piece.offset), end = begin + piece.size;
-  const uintptr_t map_begin = begin / page * page;
 #ifdef MADV_POPULATE_READ
-  madvise(reinterpret_cast<void*>(map_begin), end - map_begin, MADV_POPULATE_READ);
+  static const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const auto begin = reinterpret_cast<uintptr_t>(base + piece.offset);
+  const uintptr_t map_begin = begin / page * page;
+  madvise(reinterpret_cast<void*>(map_begin), begin + piece.size - map_begin, MADV_POPULATE_READ);
 #endif
   const uint64_t result = fn(base + piece.offset, piece.size);
-  const uintptr_t drop_begin = (begin + page - 1) / page * page, drop_end = end / page * page;
-  if (drop_end > drop_begin) madvise(reinterpret_cast<void*>(drop_begin), drop_end - drop_begin, MADV_DONTNEED);
+  drop_mapped_pages(base + piece.offset, piece.size);
   return result;
 }
 
@@ -356,3 +355,14 @@ uint64_t WeightFile::count_nonfinite(const TensorInfo& tensor) const {
 }
 
 }  // namespace sqrtdk
+
+namespace sqrtdk::format_detail {
+
+void drop_mapped_pages(const void* p, uint64_t bytes) {
+  static const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const auto begin = reinterpret_cast<uintptr_t>(p);
+  const uintptr_t drop_begin = (begin + page - 1) / page * page, drop_end = (begin + bytes) / page * page;
+  if (drop_end > drop_begin) madvise(reinterpret_cast<void*>(drop_begin), drop_end - drop_begin, MADV_DONTNEED);
+}
+
+}  // namespace sqrtdk::format_detail

@@ -6,11 +6,9 @@
 #include <sqrtdk/error.h>
 #include <sqrtdk/model.h>
 
+#include "engine/src/format_internal.h"
 #include "engine/src/model_impl.h"
 #include "engine/src/threading.h"
-
-#include <sys/mman.h>
-#include <unistd.h>
 
 #include <chrono>
 #include <cstring>
@@ -32,24 +30,6 @@ size_t ModelImpl::packed_bytes() const {
 }
 
 namespace {
-
-// Drops the file pages behind a tensor from the resident set (they are re-read from the file if touched again).
-void release_pages(const WeightFile& file, const TensorInfo& t) {
-  const long page = sysconf(_SC_PAGESIZE);
-  auto begin = reinterpret_cast<uintptr_t>(file.data(t));
-  auto end = begin + t.size;
-  begin = begin / page * page;
-  madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
-}
-
-// Drops the file pages wholly inside rows [n0, n1) of a [rows, K] f32 tensor.
-void release_rows(const WeightFile& file, const TensorInfo& t, uint64_t K, size_t n0, size_t n1) {
-  const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
-  const auto base = reinterpret_cast<uintptr_t>(file.data(t));
-  const uintptr_t begin = (base + n0 * K * sizeof(float) + page - 1) / page * page;
-  const uintptr_t end = (base + n1 * K * sizeof(float)) / page * page;
-  if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
-}
 
 class Loader {
  public:
@@ -77,7 +57,9 @@ class Loader {
       src = static_cast<const float*>(file_.data(*infos[0]));
       // Packed straight from the mapping: drop each chunk's file pages once packed (the tied 32000 × 768
       // embedding alone would otherwise keep ~100 MB of the file resident beside its packed copy).
-      rows_consumed = [&, t = infos[0]](size_t n0, size_t n1) { release_rows(file_, *t, K, n0, n1); };
+      rows_consumed = [src, K](size_t n0, size_t n1) {
+        format_detail::drop_mapped_pages(src + n0 * K, (n1 - n0) * K * sizeof(float));
+      };
     } else {
       try {
         scratch_.allocate(N * K);
@@ -98,7 +80,8 @@ class Loader {
       throw Error(file_.path() + ": tensor '" + names[0].first + "' [" + std::to_string(N) + ", " +
                   std::to_string(K) + "]: packing failed: " + e.what());
     }
-    for (const TensorInfo* t : infos) release_pages(file_, *t);
+    if (!rows_consumed)  // staged through f32 scratch: the file pages are done with now (else dropped while packing)
+      for (const TensorInfo* t : infos) format_detail::drop_mapped_pages(file_.data(*t), t->size);
     return packed;
   }
 

@@ -55,15 +55,32 @@ std::string truncated_model(const TempDir& dir, size_t bytes) {
   return path;
 }
 
+struct ErrorCase {
+  std::string args, names;  // the command line, and what its one-line error must name
+};
+
+// Each case exits with `code`, printing exactly one line on stderr that starts with `prefix`, names the culprit
+// and, if `also` is given, contains it too.
+void expect_one_line_errors(const TempDir& dir, const std::vector<ErrorCase>& cases, int code,
+                            const std::string& prefix, const std::string& also = "") {
+  for (const ErrorCase& c : cases) {
+    CAPTURE(c.args);
+    const CliResult r = run_cli(dir, c.args);
+    CAPTURE(r.err);
+    CHECK(r.exit_code == code);
+    CHECK(lines(r.err) == 1);
+    CHECK(r.err.rfind(prefix, 0) == 0);
+    CHECK(r.err.find(c.names) != std::string::npos);
+    if (!also.empty()) CHECK(r.err.find(also) != std::string::npos);
+  }
+}
+
 }  // namespace
 
 TEST_CASE("cli: usage errors exit 1 with one line on stderr naming the option") {
   if (!std::filesystem::exists(kCli)) return;
   TempDir dir;
-  struct Case {
-    std::string args, names;
-  };
-  const std::vector<Case> cases = {
+  const std::vector<ErrorCase> cases = {
       {"", "subcommand"},
       {"frobnicate", "frobnicate"},
       {"run --bogus", "--bogus"},
@@ -81,16 +98,7 @@ TEST_CASE("cli: usage errors exit 1 with one line on stderr naming the option") 
       {"inspect a.sqdk b.sqdk", "b.sqdk"},
       {"inspect --model", "--model"},
   };
-  for (const Case& c : cases) {
-    CAPTURE(c.args);
-    const CliResult r = run_cli(dir, c.args);
-    CAPTURE(r.err);
-    CHECK(r.exit_code == 1);
-    CHECK(lines(r.err) == 1);
-    CHECK(r.err.rfind("sqrtdk: usage error: ", 0) == 0);
-    CHECK(r.err.find(c.names) != std::string::npos);
-    CHECK(r.err.find("--help") != std::string::npos);  // says where to look
-  }
+  expect_one_line_errors(dir, cases, 1, "sqrtdk: usage error: ", "--help");  // and says where to look
 }
 
 TEST_CASE("cli: bad input exits 2 with one line naming the file or the token") {
@@ -100,10 +108,7 @@ TEST_CASE("cli: bad input exits 2 with one line naming the file or the token") {
   const std::string garbage = dir.file("garbage.sqdk");
   std::ofstream(garbage) << "this is not a model file, but it is longer than the 64-byte header of one........";
   const std::string truncated = truncated_model(dir, 4096);
-  struct Case {
-    std::string args, names;
-  };
-  const std::vector<Case> cases = {
+  const std::vector<ErrorCase> cases = {
       {"run --model '" + missing + "'", missing},
       {"generate --model '" + garbage + "' -n 3", garbage},
       {"bench --model '" + truncated + "' --threads 1 --reps 1", truncated},
@@ -113,15 +118,7 @@ TEST_CASE("cli: bad input exits 2 with one line naming the file or the token") {
       {"run --tokens 1,99999", "99999"},
       {"generate --tokens 5,70000 -n 2", "70000"},
   };
-  for (const Case& c : cases) {
-    CAPTURE(c.args);
-    const CliResult r = run_cli(dir, c.args);
-    CAPTURE(r.err);
-    CHECK(r.exit_code == 2);
-    CHECK(lines(r.err) == 1);
-    CHECK(r.err.rfind("sqrtdk: error: ", 0) == 0);
-    CHECK(r.err.find(c.names) != std::string::npos);
-  }
+  expect_one_line_errors(dir, cases, 2, "sqrtdk: error: ");
 }
 
 TEST_CASE("cli: --help on every subcommand exits 0 and shows examples") {

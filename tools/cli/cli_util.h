@@ -70,6 +70,10 @@ std::vector<uint32_t> synthetic_tokens(const ModelConfig& config, size_t n);
 CLI::Validator number_in(double lo, double hi, bool integer = true);
 inline CLI::Validator at_least(double lo, bool integer = true) { return number_in(lo, 1e18, integer); }
 
+// Room to reserve per forward call in a Profiler (more than the ops of one call: fewer than 24 per layer, plus
+// the embedding, lm head and step slices), so recording never allocates inside a timed run.
+inline size_t profiler_events_per_call(const ModelConfig& c) { return 24 * size_t{c.n_layers} + 16; }
+
 size_t peak_rss_bytes();  // the process's peak resident set since start or the last reset_peak_rss()
 bool reset_peak_rss();     // false where the kernel does not allow it
 

@@ -125,7 +125,7 @@ void run(const BenchArgs& a) {
       if (r > 0) tps.push_back(off);
       if (a.profiler_overhead) {  // interleaved with the plain runs, so drift hits both alike
         Profiler prof(roofs);
-        prof.reserve(a.decode * (24 * c.n_layers + 16));  // > ops per token; allocation outside the timed run
+        prof.reserve(a.decode * profiler_events_per_call(c));
         const double on = decode_run(&prof);
         if (r > 0) tps_profiled.push_back(on);
       }

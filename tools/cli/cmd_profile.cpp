@@ -50,9 +50,8 @@ void run(const ProfileArgs& a) {
   session.reset();
 
   Profiler prof(roofs);
-  // Room for the events (fewer than 24 ops per layer per call; prefill runs in chunks of at most 512 tokens, and the
-  // reserve is only a hint), faulted in before timing.
-  prof.reserve((a.decode + a.prefill / 256 + 2) * (24 * c.n_layers + 16));
+  // Faulted in before timing; prefill runs in chunks of at most 512 tokens (the reserve is only a hint).
+  prof.reserve((a.decode + a.prefill / 256 + 2) * profiler_events_per_call(c));
   session.set_op_observer(prof.observer());
   prof.set_phase("prefill");
   prof.begin_step("prefill " + std::to_string(a.prefill) + " tokens");
