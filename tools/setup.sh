@@ -8,6 +8,7 @@ set -euo pipefail
 packages=(
   cmake ninja-build g++ pkg-config      # toolchain
   libdnnl-dev                           # oneDNN 2.6: GEMM/softmax peer and cross-check
+  ocl-icd-opencl-dev                    # OpenCL headers+lib: dnnl-config.cmake calls find_package(OpenCL); libdnnl-dev only recommends it
   libxsimd-dev                          # xsimd 8.1: SIMD kernels written once per Arch
   doctest-dev                           # tests
   libopenblas-dev                       # OpenBLAS: benchmark peer
