@@ -1,7 +1,7 @@
 // Reference forward passes: the executable spec of both families, built only from the scalar ref ops, with the
 // weights read from the file as f32 (no packing, no KV cache, no chunking, no fusion). Slow and plain on purpose:
 // tests compare the fast path (every ISA, fused epilogues, cache, chunks) against it.
-#include "engine/src/executor.h"
+#include "models/runtime/executor.h"
 #include "ops/activation/activation.h"
 #include "ops/norm/norm.h"
 

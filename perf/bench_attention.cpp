@@ -8,7 +8,7 @@
 #include "ops/attention/attention.h"
 #include "perf/common/bench_util.h"
 
-#include "engine/src/aligned_buffer.h"
+#include "ops/base/aligned_buffer.h"
 
 #include <dnnl.hpp>
 #include <omp.h>

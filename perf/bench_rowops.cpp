@@ -7,7 +7,7 @@
 // ref path of the same op (speedup column); rope takes no thread count (the executor calls it per token block).
 #include "perf/common/bench_util.h"
 
-#include "engine/src/aligned_buffer.h"
+#include "ops/base/aligned_buffer.h"
 #include "ops/activation/activation.h"
 #include "ops/norm/norm.h"
 #include "ops/rope/rope.h"

@@ -5,7 +5,7 @@
 #include "ops/softmax/softmax.h"
 #include "perf/common/bench_util.h"
 
-#include "engine/src/aligned_buffer.h"
+#include "ops/base/aligned_buffer.h"
 
 #include <dnnl.hpp>
 #include <omp.h>

@@ -10,7 +10,7 @@
 //   hb  = gelu(xb · Wupᵀ + b_up)             bias and GELU fused into the GEMM
 //   x  += hb · Wdownᵀ + b_down
 // Input: x = tok_emb[token] + pos_emb[pos]. After the last block: xb = layer_norm(x), logits = xb · tok_embᵀ.
-#include "engine/src/executor.h"
+#include "models/runtime/executor.h"
 #include "ops/norm/norm.h"
 
 namespace sqrtdk {

@@ -11,7 +11,7 @@
 //   hb   = (xb · Wupᵀ) * hb2                SwiGLU, the product fused into the up GEMM
 //   x   += hb · Wdownᵀ
 // After the last block: xb = rms_norm(x) * out_norm, logits = xb · lm_headᵀ.
-#include "engine/src/executor.h"
+#include "models/runtime/executor.h"
 #include "ops/activation/activation.h"
 #include "ops/norm/norm.h"
 

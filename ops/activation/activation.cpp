@@ -1,7 +1,7 @@
 // Activations: argument checks, split over threads, dispatch on Isa.
 #include "ops/activation/activation.h"
 
-#include "engine/src/threading.h"
+#include "ops/base/threading.h"
 
 #include <sqrtdk/error.h>
 

@@ -14,8 +14,8 @@
 // SQRTDK_ATTENTION=fused|unfused forces a path.
 #include "ops/attention/attention.h"
 
-#include "engine/src/aligned_buffer.h"
-#include "engine/src/threading.h"
+#include "ops/base/aligned_buffer.h"
+#include "ops/base/threading.h"
 #include "ops/attention/attention_internal.h"
 #include "ops/attention/attention_kernels.h"
 

@@ -2,7 +2,7 @@
 // (both baseline-ISA translation units).
 #pragma once
 
-#include "engine/src/aligned_buffer.h"
+#include "ops/base/aligned_buffer.h"
 #include "ops/attention/attention.h"
 
 #include <cstddef>

@@ -7,7 +7,7 @@
 // softmax. Both GEMM and softmax are deterministic for any thread count, so the path is too.
 #include "ops/attention/attention_internal.h"
 
-#include "engine/src/threading.h"
+#include "ops/base/threading.h"
 #include "ops/gemm/gemm.h"
 #include "ops/softmax/softmax.h"
 

@@ -9,8 +9,8 @@
 // and are then reused: no allocation in the hot path once warm. OpenMP pool threads keep them across calls.
 #include "ops/gemm/gemm.h"
 
-#include "engine/src/aligned_buffer.h"
-#include "engine/src/threading.h"
+#include "ops/base/aligned_buffer.h"
+#include "ops/base/threading.h"
 #include "ops/gemm/gemm_kernels.h"
 
 #include <sqrtdk/error.h>

@@ -1,7 +1,7 @@
 // LayerNorm / RMSNorm: argument checks, row split over threads, dispatch on Isa.
 #include "ops/norm/norm.h"
 
-#include "engine/src/threading.h"
+#include "ops/base/threading.h"
 
 #include <sqrtdk/error.h>
 

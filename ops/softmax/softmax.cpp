@@ -2,7 +2,7 @@
 // softmax_ref.cpp, the SIMD kernels in softmax_simd.h.
 #include "ops/softmax/softmax.h"
 
-#include "engine/src/threading.h"
+#include "ops/base/threading.h"
 
 #include <sqrtdk/error.h>
 

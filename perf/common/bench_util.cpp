@@ -1,7 +1,7 @@
 #include "perf/common/bench_util.h"
 
-#include "engine/src/aligned_buffer.h"
-#include "engine/src/roofs.h"
+#include "ops/base/aligned_buffer.h"
+#include "ops/base/roofs.h"
 
 #include <sqrtdk/error.h>
 

@@ -8,7 +8,7 @@
 #include <sqrtdk/model.h>
 #include <sqrtdk/session.h>
 
-#include "engine/src/attention_map.h"
+#include "tools/explain/attention_map.h"
 #include "tests/common/toy_model.h"
 #include "tests/common/xml_check.h"
 

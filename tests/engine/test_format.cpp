@@ -3,7 +3,7 @@
 // tensor (where there is one) and what was expected.
 #include "tests/engine/test_format_util.h"
 
-#include "engine/src/format_internal.h"
+#include "engine/src/format/format_internal.h"
 #include "models/tensor_names.h"
 
 #include <cmath>

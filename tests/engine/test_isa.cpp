@@ -1,4 +1,4 @@
-// ISA detection and parsing (engine/src/isa.cpp).
+// ISA detection and parsing (ops/base/isa.cpp).
 #include <doctest/doctest.h>
 
 #include <sqrtdk/error.h>

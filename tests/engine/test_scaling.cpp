@@ -4,7 +4,7 @@
 
 #include <sqrtdk/error.h>
 
-#include "engine/src/scaling_experiment.h"
+#include "tools/explain/scaling_experiment.h"
 #include "tests/common/xml_check.h"
 
 #include <cmath>

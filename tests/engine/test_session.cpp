@@ -7,7 +7,7 @@
 #include <sqrtdk/model.h>
 #include <sqrtdk/session.h>
 
-#include "engine/src/executor.h"
+#include "models/runtime/executor.h"
 #include "tests/common/toy_model.h"
 
 #include <cmath>

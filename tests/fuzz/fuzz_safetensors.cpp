@@ -3,8 +3,8 @@
 // ASan/UBSan report or another exception type. The first input byte picks the parser.
 #include <sqrtdk/error.h>
 
-#include "engine/src/hf_import.h"
-#include "engine/src/safetensors.h"
+#include "engine/src/import/hf_import.h"
+#include "engine/src/import/safetensors.h"
 
 #include <cstdint>
 #include <cstdlib>

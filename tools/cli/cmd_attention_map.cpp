@@ -6,7 +6,7 @@
 
 #include <sqrtdk/error.h>
 
-#include "engine/src/attention_map.h"
+#include "tools/explain/attention_map.h"
 
 #include <nlohmann/json.hpp>
 

@@ -5,7 +5,7 @@
 
 #include <sqrtdk/error.h>
 
-#include "engine/src/scaling_experiment.h"
+#include "tools/explain/scaling_experiment.h"
 
 #include <nlohmann/json.hpp>
 

@@ -152,7 +152,7 @@ class WeightFileWriter {
 };
 
 // CRC-32 (ISO-HDLC; the same value as Python's zlib.crc32(data, crc)). Uses VPCLMULQDQ or PCLMULQDQ folding when
-// the CPU has it, else slicing-by-8 tables (engine/src/format_crc32.cpp).
+// the CPU has it, else slicing-by-8 tables (engine/src/format/format_crc32.cpp).
 uint32_t crc32(const void* data, size_t size, uint32_t crc = 0);
 
 // f16/bf16 <-> f32 conversions (round to nearest even when narrowing).

@@ -7,7 +7,7 @@
 //   std::cout << prof.table("prefill") << prof.table("decode");
 //   write(prof.chrome_trace()); write(prof.roofline_svg());
 //
-// Each op reports FLOPs and bytes moved (see engine/src/executor.cpp); the profiler adds the time and derives
+// Each op reports FLOPs and bytes moved (see models/runtime/executor.cpp); the profiler adds the time and derives
 // GFLOP/s, GB/s, % of the measured FMA peak and DRAM bandwidth, and whether the op's arithmetic intensity
 // (FLOPs per byte) puts it under the compute roof or the bandwidth slope. Off (no observer set) it costs nothing.
 #pragma once

@@ -11,7 +11,7 @@
 // static consts.
 #include <sqrtdk/format.h>
 
-#include "engine/src/format_internal.h"
+#include "engine/src/format/format_internal.h"
 
 #include <array>
 #include <cstring>

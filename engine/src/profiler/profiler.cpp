@@ -2,7 +2,7 @@
 #include <sqrtdk/error.h>
 #include <sqrtdk/profiler.h>
 
-#include "engine/src/roofs.h"
+#include "ops/base/roofs.h"
 
 #include <nlohmann/json.hpp>
 

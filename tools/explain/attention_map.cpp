@@ -1,8 +1,8 @@
-#include "engine/src/attention_map.h"
+#include "tools/explain/attention_map.h"
 
 #include <sqrtdk/error.h>
 
-#include "engine/src/svg_plot.h"
+#include "tools/explain/svg_plot.h"
 
 #include <algorithm>
 #include <cmath>

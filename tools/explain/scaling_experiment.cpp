@@ -1,9 +1,9 @@
 // The √d_k experiment: see scaling_experiment.h for what is measured and why the samples are independent.
-#include "engine/src/scaling_experiment.h"
+#include "tools/explain/scaling_experiment.h"
 
 #include <sqrtdk/error.h>
 
-#include "engine/src/svg_plot.h"
+#include "tools/explain/svg_plot.h"
 #include "ops/gemm/gemm.h"
 #include "ops/softmax/softmax.h"
 

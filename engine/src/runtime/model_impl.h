@@ -5,7 +5,7 @@
 #include <sqrtdk/format.h>
 #include <sqrtdk/isa.h>
 
-#include "engine/src/aligned_buffer.h"
+#include "ops/base/aligned_buffer.h"
 #include "ops/gemm/gemm.h"
 #include "ops/rope/rope.h"
 

@@ -1,6 +1,6 @@
 // FMA peak loop for avx512: 10 independent accumulators (FMA latency 4 cycles x 2 pipes = 8 in flight needed; 10
 // leaves margin and no register spills). Compiled with avx512 flags only.
-#include "engine/src/roofs.h"
+#include "ops/base/roofs.h"
 
 #include <immintrin.h>
 

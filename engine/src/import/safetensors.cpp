@@ -1,9 +1,9 @@
 // Safetensors reader: header validation and the read-only mapping (the checks are listed in safetensors.h).
-#include "engine/src/safetensors.h"
+#include "engine/src/import/safetensors.h"
 
 #include <sqrtdk/error.h>
 
-#include "engine/src/format_internal.h"
+#include "engine/src/format/format_internal.h"
 
 #include <nlohmann/json.hpp>
 

@@ -3,7 +3,7 @@
 #include <sqrtdk/error.h>
 #include <sqrtdk/format.h>
 
-#include "engine/src/format_internal.h"
+#include "engine/src/format/format_internal.h"
 #include "models/tensor_names.h"
 
 #include <cmath>

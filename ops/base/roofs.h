@@ -1,5 +1,5 @@
 // The loops that measure the machine's roofs (FMA peak, DRAM read bandwidth), one set per ISA TU
-// (engine/src/roofs_<isa>.cpp). Used by the profiler's calibration and by every benchmark in perf/.
+// (ops/base/roofs_<isa>.cpp). Used by the profiler's calibration and by every benchmark in perf/.
 #pragma once
 
 #include <sqrtdk/isa.h>

@@ -1,5 +1,5 @@
 // Scalar multiply-add peak loop (the ref ISA's roof): 8 independent scalar accumulators.
-#include "engine/src/roofs.h"
+#include "ops/base/roofs.h"
 
 namespace sqrtdk::roofs {
 

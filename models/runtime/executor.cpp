@@ -1,5 +1,5 @@
 // Shared executor steps: linear layers, the KV-cache write + attention, the output head.
-#include "engine/src/executor.h"
+#include "models/runtime/executor.h"
 
 #include <sqrtdk/error.h>
 

@@ -2,8 +2,8 @@
 #include <sqrtdk/error.h>
 #include <sqrtdk/session.h>
 
-#include "engine/src/executor.h"
-#include "engine/src/threading.h"
+#include "models/runtime/executor.h"
+#include "ops/base/threading.h"
 
 #include <algorithm>
 #include <string>

@@ -6,9 +6,9 @@
 #include <sqrtdk/error.h>
 #include <sqrtdk/model.h>
 
-#include "engine/src/format_internal.h"
-#include "engine/src/model_impl.h"
-#include "engine/src/threading.h"
+#include "engine/src/format/format_internal.h"
+#include "engine/src/runtime/model_impl.h"
+#include "ops/base/threading.h"
 
 #include <chrono>
 #include <cstring>

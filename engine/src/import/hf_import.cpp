@@ -3,12 +3,12 @@
 // Order of work: config.json -> ModelConfig; open the safetensors file(s); plan every .sqdk tensor (family_tensors
 // order) with its source tensor, expected source shape and whether it is transposed; check the whole plan and the
 // unused tensors; only then open the streaming writer and convert chunk by chunk.
-#include "engine/src/hf_import.h"
+#include "engine/src/import/hf_import.h"
 
 #include <sqrtdk/error.h>
 
-#include "engine/src/format_internal.h"
-#include "engine/src/safetensors.h"
+#include "engine/src/format/format_internal.h"
+#include "engine/src/import/safetensors.h"
 #include "models/tensor_names.h"
 
 #include <nlohmann/json.hpp>

@@ -56,7 +56,7 @@ class SafetensorsFile {
   const unsigned char* data(const SafetensorsTensor& tensor) const { return map_ + tensor.offset; }
   // Copies [offset, offset + size) of the file into dst with pread (a short read, e.g. a file truncated after open,
   // is a sqrtdk::Error). The converter streams data this way rather than through the mapping: on this VM a first
-  // touch of a mapped page costs microseconds (engine/src/hf_import.cpp has the figures).
+  // touch of a mapped page costs microseconds (engine/src/import/hf_import.cpp has the figures).
   void read(uint64_t offset, uint64_t size, void* dst) const;
 
  private:

@@ -1,4 +1,4 @@
-#include "engine/src/svg_plot.h"
+#include "tools/explain/svg_plot.h"
 
 #include <algorithm>
 #include <cmath>

@@ -11,7 +11,7 @@
 #include <sqrtdk/error.h>
 #include <sqrtdk/format.h>
 
-#include "engine/src/format_internal.h"
+#include "engine/src/format/format_internal.h"
 
 #include <algorithm>
 #include <cerrno>

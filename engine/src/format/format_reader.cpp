@@ -11,8 +11,8 @@
 #include <sqrtdk/error.h>
 #include <sqrtdk/format.h>
 
-#include "engine/src/format_internal.h"
-#include "engine/src/threading.h"
+#include "engine/src/format/format_internal.h"
+#include "ops/base/threading.h"
 
 #include <algorithm>
 #include <cerrno>

@@ -1,8 +1,8 @@
-#include "engine/src/roofs.h"
+#include "ops/base/roofs.h"
 
 #include <sqrtdk/error.h>
 
-#include "engine/src/aligned_buffer.h"
+#include "ops/base/aligned_buffer.h"
 
 #include <omp.h>
 

@@ -6,8 +6,8 @@
 
 #include <sqrtdk/session.h>
 
-#include "engine/src/aligned_buffer.h"
-#include "engine/src/model_impl.h"
+#include "ops/base/aligned_buffer.h"
+#include "engine/src/runtime/model_impl.h"
 #include "ops/attention/attention.h"
 
 #include <chrono>
