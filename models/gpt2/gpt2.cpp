@@ -10,13 +10,14 @@
 //   hb  = gelu(xb · Wupᵀ + b_up)             bias and GELU fused into the GEMM
 //   x  += hb · Wdownᵀ + b_down
 // Input: x = tok_emb[token] + pos_emb[pos]. After the last block: xb = layer_norm(x), logits = xb · tok_embᵀ.
-#include "models/runtime/executor.h"
+// The family's tensors, config rules, weight plan and Hugging Face names: models/gpt2/gpt2_family.cpp.
+#include "models/gpt2/gpt2.h"
 #include "ops/norm/norm.h"
 
 namespace sqrtdk {
 
-void gpt2_forward(SessionState& s, const uint32_t* tokens, size_t n, size_t pos0) {
-  const ModelImpl& m = *s.m;
+void gpt2_forward(ForwardState& s, const uint32_t* tokens, size_t n, size_t pos0) {
+  const ModelWeights& m = *s.m;
   const ModelConfig& c = m.config;
   const size_t d = c.d_model, d_ff = c.d_ff, qkv_w = m.qkv_width();
   const Isa isa = m.isa;

@@ -11,14 +11,15 @@
 //   hb   = (xb · Wupᵀ) * hb2                SwiGLU, the product fused into the up GEMM
 //   x   += hb · Wdownᵀ
 // After the last block: xb = rms_norm(x) * out_norm, logits = xb · lm_headᵀ.
-#include "models/runtime/executor.h"
+// The family's tensors, config rules, weight plan and Hugging Face names: models/llama/llama_family.cpp.
+#include "models/llama/llama.h"
 #include "ops/activation/activation.h"
 #include "ops/norm/norm.h"
 
 namespace sqrtdk {
 
-void llama_forward(SessionState& s, const uint32_t* tokens, size_t n, size_t pos0) {
-  const ModelImpl& m = *s.m;
+void llama_forward(ForwardState& s, const uint32_t* tokens, size_t n, size_t pos0) {
+  const ModelWeights& m = *s.m;
   const ModelConfig& c = m.config;
   const size_t d = c.d_model, d_ff = c.d_ff, hd = c.head_dim, qkv_w = m.qkv_width();
   const Isa isa = m.isa;

@@ -1,4 +1,4 @@
-// Shared executor steps: linear layers, the KV-cache write + attention, the output head.
+// Shared executor steps: linear layers, the KV-cache write + attention, the output head (models/runtime/executor.h).
 #include "models/runtime/executor.h"
 
 #include <sqrtdk/error.h>
@@ -10,7 +10,7 @@
 
 namespace sqrtdk {
 
-void run_linear(SessionState& s, const char* op, int layer, const Linear& w, const float* x, size_t n, size_t ldx,
+void run_linear(ForwardState& s, const char* op, int layer, const Linear& w, const float* x, size_t n, size_t ldx,
                 float* y, size_t ldy, const ops::GemmEpilogue& epilogue) {
   const double N = static_cast<double>(w.N()), K = static_cast<double>(w.K());
   // Bytes: weights once, input rows, output rows (read too when a residual is added).
@@ -19,7 +19,7 @@ void run_linear(SessionState& s, const char* op, int layer, const Linear& w, con
          [&] { ops::gemm(x, n, ldx, w.weights, y, ldy, epilogue, s.n_threads); });
 }
 
-void run_attention(SessionState& s, int layer, size_t n, size_t pos0) {
+void run_attention(ForwardState& s, int layer, size_t n, size_t pos0) {
   const ModelConfig& c = s.m->config;
   const size_t hd = c.head_dim, qkv_w = s.m->qkv_width();
   const size_t k_col = c.n_heads * hd, v_col = k_col + c.n_kv_heads * hd;
@@ -76,21 +76,13 @@ void run_attention(SessionState& s, int layer, size_t n, size_t pos0) {
          [&] { ops::attention(s.m->isa, p, s.attention_ws, s.n_threads); }, n_keys);
 }
 
-void run_lm_head(SessionState& s, size_t first_row, size_t n) {
+void run_lm_head(ForwardState& s, size_t first_row, size_t n) {
   const ModelConfig& c = s.m->config;
   const size_t rows = n - first_row;
   const size_t old = s.logits.size();
   s.logits.resize(old + rows * c.n_vocab);
   run_linear(s, "lm_head", -1, s.m->lm_head, s.xb.data() + first_row * c.d_model, rows, c.d_model,
              s.logits.data() + old, c.n_vocab, {});
-}
-
-std::vector<float> reference_forward(const WeightFile& file, std::span<const uint32_t> tokens) {
-  switch (file.config().arch) {
-    case Arch::llama: return llama_reference_forward(file, tokens);
-    case Arch::gpt2: return gpt2_reference_forward(file, tokens);
-  }
-  throw Error(file.path() + ": unknown architecture");
 }
 
 }  // namespace sqrtdk

@@ -1,25 +1,33 @@
 // The executor: runs a model family's blocks over a chunk of tokens with a Session's state.
 //
 // Families (models/<family>/) describe one forward pass as a sequence of ops (llama2.c's voice); the executor
-// owns what they share: the session state, timing hooks, the KV-cache write and the attention call.
+// owns what they share: the run state, timing hooks, the linear layers, the KV-cache write, the attention call and
+// the output head. It sits in models/ so both the families and the engine's Session use it without a cycle.
 #pragma once
 
-#include <sqrtdk/session.h>
+#include <sqrtdk/op_event.h>
 
-#include "ops/base/aligned_buffer.h"
-#include "engine/src/runtime/model_impl.h"
+#include "models/runtime/model_weights.h"
 #include "ops/attention/attention.h"
+#include "ops/base/aligned_buffer.h"
 
 #include <chrono>
 #include <cstdint>
-#include <span>
+#include <functional>
 #include <vector>
 
 namespace sqrtdk {
 
-struct SessionState {
-  std::shared_ptr<const Model> model;
-  const ModelImpl* m = nullptr;  // model->impl()
+// Per-token widths of a family's scratch beyond the residual stream (ModelFamily::scratch_widths).
+struct ScratchWidths {
+  size_t hidden = 0;  // hb: feed-forward hidden
+  size_t gate = 0;    // hb2: gate activations (0 if the family has no gated feed-forward)
+};
+
+// The run state of one sequence (llama2.c's RunState): KV cache, activations and the per-call knobs. Owned by a
+// Session; the weights are shared.
+struct ForwardState {
+  const ModelWeights* m = nullptr;
   size_t max_context = 0;        // KV cache rows per head
   size_t max_batch = 0;          // tokens per forward chunk
   int n_threads = 1;
@@ -33,13 +41,13 @@ struct SessionState {
   AlignedBuffer<float> xb;   // [max_batch, d_model] normalized input of a sub-layer
   AlignedBuffer<float> qkv;  // [max_batch, (n_heads + 2 n_kv_heads) head_dim]
   AlignedBuffer<float> att;  // [max_batch, n_heads head_dim] attention output
-  AlignedBuffer<float> hb;   // [max_batch, d_ff] feed-forward hidden
-  AlignedBuffer<float> hb2;  // [max_batch, d_ff] llama: gate activations
+  AlignedBuffer<float> hb;   // [max_batch, ScratchWidths::hidden] feed-forward hidden
+  AlignedBuffer<float> hb2;  // [max_batch, ScratchWidths::gate] gate activations (gated families only)
   std::vector<float> logits;  // [n_rows, n_vocab] of the last call
   ops::AttentionWorkspace attention_ws;
 
   OpObserver observer;
-  unsigned verbose_paths_printed = 0;  // SQRTDK_VERBOSE: bit per attention path already reported by this session
+  unsigned verbose_paths_printed = 0;  // SQRTDK_VERBOSE: bit per attention path already reported by this state
   int capture_layer = -1;
   float capture_scale = 0.0f;
   ops::AttentionProbs captured;
@@ -58,7 +66,7 @@ inline double steady_seconds() {
 // Runs fn; if an observer is set, reports the op with its timing. Free when no observer is set: one predictable
 // branch per op (a build with -DSQRTDK_DISABLE_OP_HOOKS=ON compiles the hooks out, to measure that claim).
 template <typename Fn>
-inline void run_op(SessionState& s, const char* op, int layer, size_t n_tokens, double flops, double bytes, Fn&& fn,
+inline void run_op(ForwardState& s, const char* op, int layer, size_t n_tokens, double flops, double bytes, Fn&& fn,
                    size_t n_keys = 0) {
 #ifdef SQRTDK_DISABLE_OP_HOOKS
   (void)s, (void)op, (void)layer, (void)n_tokens, (void)flops, (void)bytes, (void)n_keys;
@@ -76,24 +84,14 @@ inline void run_op(SessionState& s, const char* op, int layer, size_t n_tokens, 
 }
 
 // y[n, N] = epilogue(x[n, K] · Wᵀ), timed as `op`.
-void run_linear(SessionState& s, const char* op, int layer, const Linear& w, const float* x, size_t n, size_t ldx,
+void run_linear(ForwardState& s, const char* op, int layer, const Linear& w, const float* x, size_t n, size_t ldx,
                 float* y, size_t ldy, const ops::GemmEpilogue& epilogue);
 
 // Copies the k and v columns of qkv rows [n] into layer's cache at positions pos0 .. pos0 + n - 1, then runs
 // attention for the q columns; output to s.att.
-void run_attention(SessionState& s, int layer, size_t n, size_t pos0);
+void run_attention(ForwardState& s, int layer, size_t n, size_t pos0);
 
 // The final norm has been applied to rows [first_row, n) of s.xb; computes their logits into s.logits.
-void run_lm_head(SessionState& s, size_t first_row, size_t n);
-
-// Family forward passes over one chunk: tokens[n] at positions pos0 ..; leaves the final-normed rows in s.xb.
-void llama_forward(SessionState& s, const uint32_t* tokens, size_t n, size_t pos0);
-void gpt2_forward(SessionState& s, const uint32_t* tokens, size_t n, size_t pos0);
-
-// Reference forward passes (the executable spec): scalar ref ops only, weights read from the file as f32, no
-// packing, no cache, no chunking. Returns logits for every position, [tokens.size(), n_vocab].
-std::vector<float> llama_reference_forward(const WeightFile& file, std::span<const uint32_t> tokens);
-std::vector<float> gpt2_reference_forward(const WeightFile& file, std::span<const uint32_t> tokens);
-std::vector<float> reference_forward(const WeightFile& file, std::span<const uint32_t> tokens);
+void run_lm_head(ForwardState& s, size_t first_row, size_t n);
 
 }  // namespace sqrtdk

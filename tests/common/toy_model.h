@@ -3,7 +3,7 @@
 
 #include <sqrtdk/format.h>
 
-#include "models/tensor_names.h"
+#include "models/family.h"
 #include "tests/common/temp_dir.h"
 
 #include <atomic>

@@ -4,7 +4,7 @@
 #include "tests/engine/test_format_util.h"
 
 #include "engine/src/format/format_internal.h"
-#include "models/tensor_names.h"
+#include "models/family.h"
 
 #include <cmath>
 #include <limits>

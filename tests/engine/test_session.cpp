@@ -7,7 +7,7 @@
 #include <sqrtdk/model.h>
 #include <sqrtdk/session.h>
 
-#include "models/runtime/executor.h"
+#include "engine/src/runtime/reference.h"
 #include "tests/common/toy_model.h"
 
 #include <cmath>

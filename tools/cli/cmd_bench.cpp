@@ -5,6 +5,8 @@
 #include "tools/cli/cli_util.h"
 #include "tools/cli/commands.h"
 
+#include "models/family.h"
+
 #include <sqrtdk/error.h>
 #include <sqrtdk/profiler.h>
 
@@ -41,11 +43,10 @@ double median(std::vector<double> v) {
 // lm head for its last position only: the prefill count subtracts it for the others (lm_head_flops).
 double lm_head_flops(const ModelConfig& c) { return 2.0 * c.d_model * c.n_vocab; }
 double flops_per_token(const ModelConfig& c, size_t pos) {
-  const double d = c.d_model, hd = c.head_dim, q = c.n_heads * hd, kv = c.n_kv_heads * hd;
-  const double ffn = c.arch == Arch::llama ? 3.0 * d * c.d_ff : 2.0 * d * c.d_ff;
-  const double linear = d * (q + 2 * kv) + q * d + ffn;
+  const double hd = c.head_dim;
+  const double linear = family_of(c).block_linear_macs(c);
   const double attention = 4.0 * hd * c.n_heads * (pos + 1);
-  return c.n_layers * (2 * linear + attention) + 2.0 * d * c.n_vocab;
+  return c.n_layers * (2 * linear + attention) + 2.0 * c.d_model * c.n_vocab;
 }
 
 struct Row {

@@ -4,6 +4,8 @@
 // A bad file: one line "sqrtdk: error: <path>: ..." on stderr, exit 2 (sqrtdk::Error propagates to main).
 #include "tools/cli/commands.h"
 
+#include "models/family.h"
+
 #include <sqrtdk/error.h>
 #include <sqrtdk/format.h>
 
@@ -92,7 +94,7 @@ void run_inspect(const InspectOptions& o) {
                 "max_seq %u\n",
                 c.d_model, c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, c.d_ff, c.n_vocab, c.max_seq);
     std::printf("norm_eps    %g\nrope_theta  %g%s\n", static_cast<double>(c.norm_eps), static_cast<double>(c.rope_theta),
-                c.rope_interleaved ? " (interleaved pairs)" : c.arch == Arch::llama ? " (rotate-half)" : "");
+                c.rope_interleaved ? " (interleaved pairs)" : find_family(c.arch) && find_family(c.arch)->uses_rope ? " (rotate-half)" : "");
     std::printf("embeddings  %s\n", c.tied_embeddings ? "tied (output head = tok_emb)" : "separate lm_head");
     std::printf("tokenizer   %s, bos %s, eos %s\n", c.tokenizer == TokenizerKind::byte_level ? "byte_level" : "none",
                 token_string(c.bos_id).c_str(), token_string(c.eos_id).c_str());

@@ -11,7 +11,7 @@
 #include <sqrtdk/error.h>
 #include <sqrtdk/format.h>
 
-#include "models/tensor_names.h"
+#include "models/family.h"
 
 #include <cmath>
 #include <cstdio>
@@ -69,18 +69,17 @@ struct Rng {
 void run_make_toy(const MakeToyOptions& o) {
   ModelConfig c;
   c.arch = parse_arch(o.arch);
-  const bool gpt2 = c.arch == Arch::gpt2;
+  const ModelFamily& family = family_of(c);
   c.d_model = o.d_model;
   c.n_layers = o.n_layers;
   c.n_heads = o.n_heads;
   c.n_kv_heads = o.n_kv_heads ? o.n_kv_heads : o.n_heads;
   c.head_dim = o.head_dim ? o.head_dim : (o.n_heads ? o.d_model / o.n_heads : 0);
-  // Default d_ff: 4 d_model (gpt2); 8/3 d_model rounded up to a multiple of 16 (llama's SwiGLU sizing).
-  c.d_ff = o.d_ff ? o.d_ff : gpt2 ? 4 * o.d_model : (8 * o.d_model / 3 + 15) / 16 * 16;
+  c.d_ff = o.d_ff ? o.d_ff : family.default_d_ff(o.d_model);
   c.n_vocab = o.n_vocab;
   c.max_seq = o.max_seq;
   c.norm_eps = o.norm_eps;
-  c.rope_theta = o.rope_theta >= 0 ? o.rope_theta : gpt2 ? 0.0f : 10000.0f;
+  c.rope_theta = o.rope_theta >= 0 ? o.rope_theta : family.default_rope_theta;
   c.tied_embeddings = o.tied;
   if (o.tokenizer.empty())
     c.tokenizer = o.n_vocab >= 256 ? TokenizerKind::byte_level : TokenizerKind::none;
@@ -146,7 +145,11 @@ void add_make_toy_command(CLI::App& app) {
               "  sqrtdk make-toy -o llama110m.sqdk --arch llama --d-model 768 --n-layers 12 --n-heads 12 --d-ff 2048 \\\n"
               "      --n-vocab 32000 --max-seq 1024 --tied --seed 1      # shaped like stories110M (sqrtdk bench)");
   sub->add_option("-o,--output", o->out, "Output .sqdk file")->required();
-  sub->add_option("--arch", o->arch, "gpt2 or llama")->required()->check(CLI::IsMember({"gpt2", "llama"}));
+  std::vector<std::string> archs;  // every family in the registry (models/families.cpp)
+  for (const ModelFamily* f : model_families()) archs.push_back(f->name);
+  std::string arch_help;
+  for (size_t i = 0; i < archs.size(); ++i) arch_help += (i ? (i + 1 == archs.size() ? " or " : ", ") : "") + archs[i];
+  sub->add_option("--arch", o->arch, arch_help)->required()->check(CLI::IsMember(archs));
   sub->add_option("--seed", o->seed, "Random seed")->required();
   sub->add_option("--dtype", o->dtype, "f32, f16 or bf16")->capture_default_str()->check(
       CLI::IsMember({"f32", "f16", "bf16"}));

@@ -5,6 +5,8 @@
 // a sqrtdk::Error naming the file, the tensor and what was expected. After open() the object is immutable.
 #pragma once
 
+#include <sqrtdk/config.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -14,42 +16,13 @@
 
 namespace sqrtdk {
 
-enum class Arch : uint32_t { gpt2 = 0, llama = 1 };
 enum class DType : uint8_t { f32 = 0, f16 = 1, bf16 = 2 };
-enum class TokenizerKind : uint32_t { none = 0, byte_level = 1 };
 
-const char* arch_name(Arch arch);        // "gpt2", "llama"
-Arch parse_arch(std::string_view name);  // throws sqrtdk::Error for an unknown name
+// The family whose name is `name` (models/families.cpp); throws sqrtdk::Error listing the known ones otherwise.
+Arch parse_arch(std::string_view name);
 const char* dtype_name(DType dtype);     // "f32", "f16", "bf16"
 DType parse_dtype(std::string_view name);
 size_t dtype_size(DType dtype);  // bytes per element
-
-inline constexpr uint32_t kNoToken = 0xFFFFFFFFu;
-
-// The model blueprint (llama2.c's Config): every dimension the executor needs.
-struct ModelConfig {
-  Arch arch = Arch::llama;
-  uint32_t d_model = 0;     // residual stream width
-  uint32_t n_layers = 0;    // transformer blocks
-  uint32_t n_heads = 0;     // query heads
-  uint32_t n_kv_heads = 0;  // key/value heads; divides n_heads (grouped-query attention)
-  uint32_t head_dim = 0;    // per-head width
-  uint32_t d_ff = 0;        // feed-forward hidden width
-  uint32_t n_vocab = 0;     // vocabulary size
-  uint32_t max_seq = 0;     // longest context
-  float norm_eps = 1e-5f;
-  float rope_theta = 10000.0f;  // llama only
-  bool tied_embeddings = false;  // output head reuses tok_emb
-  bool rope_interleaved = false;  // RoPE on (2i, 2i+1) pairs; else rotate-half (Hugging Face)
-  TokenizerKind tokenizer = TokenizerKind::none;
-  uint32_t bos_id = kNoToken;
-  uint32_t eos_id = kNoToken;
-
-  // Throws sqrtdk::Error (prefixed with `where`) if the values make no sense together.
-  void validate(const std::string& where) const;
-  // Parameter count implied by the config (for reports).
-  uint64_t n_params() const;
-};
 
 struct TensorInfo {
   std::string name;

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <sqrtdk/model.h>
+#include <sqrtdk/op_event.h>
 
 #include <cstddef>
 #include <cstdint>
@@ -20,19 +21,6 @@
 #include <vector>
 
 namespace sqrtdk {
-
-// Per-op timing hook (the profiler implements it). Called around each op of the forward pass when set.
-struct OpEvent {
-  const char* op;       // "attn_qkv", "attention", "ffn_down", ...
-  int layer;            // block index, or -1 for ops outside blocks (embedding, lm_head)
-  size_t n_tokens;      // rows processed
-  size_t n_keys;        // attention: keys attended (else 0)
-  double flops;         // floating-point operations done
-  double bytes;         // bytes read + written (weights, activations, cache)
-  double start_seconds;  // steady clock
-  double end_seconds;
-};
-using OpObserver = std::function<void(const OpEvent&)>;
 
 struct SessionOptions {
   size_t max_context = 0;   // KV cache length; 0: the model's max_seq. Larger than max_seq is an error.

@@ -1,10 +1,10 @@
-// .sqdk pieces shared by reader, writer and tools: enum names, config validation, tensor info helpers,
+// .sqdk pieces shared by reader, writer and tools: enum names, tensor info helpers,
 // f16/bf16 conversions, name rules, header encoding and the family tensor-set check (spec: engine/FORMAT.md).
 #include <sqrtdk/error.h>
 #include <sqrtdk/format.h>
 
 #include "engine/src/format/format_internal.h"
-#include "models/tensor_names.h"
+#include "models/family.h"
 
 #include <cmath>
 #include <cstdio>
@@ -14,18 +14,15 @@ namespace sqrtdk {
 
 using namespace format_detail;
 
-const char* arch_name(Arch arch) {
-  switch (arch) {
-    case Arch::gpt2: return "gpt2";
-    case Arch::llama: return "llama";
-  }
-  return "unknown";
-}
-
 Arch parse_arch(std::string_view name) {
-  if (name == "gpt2") return Arch::gpt2;
-  if (name == "llama") return Arch::llama;
-  throw Error("unknown architecture '" + quote_name(name) + "' (expected gpt2 or llama)");
+  std::string known;  // "gpt2 or llama"
+  const auto families = model_families();
+  for (size_t i = 0; i < families.size(); ++i) {
+    if (name == families[i]->name) return families[i]->arch;
+    if (i) known += i + 1 == families.size() ? " or " : ", ";
+    known += families[i]->name;
+  }
+  throw Error("unknown architecture '" + quote_name(name) + "' (expected " + known + ")");
 }
 
 const char* dtype_name(DType dtype) {
@@ -45,69 +42,6 @@ DType parse_dtype(std::string_view name) {
 }
 
 size_t dtype_size(DType dtype) { return dtype == DType::f32 ? 4 : 2; }
-
-void ModelConfig::validate(const std::string& where) const {
-  const std::string w = where + ": config: ";
-  auto fail = [&](const std::string& what) { throw Error(w + what); };
-  if (arch != Arch::gpt2 && arch != Arch::llama)
-    fail("unknown arch " + std::to_string(static_cast<uint32_t>(arch)) + " (expected 0 = gpt2 or 1 = llama)");
-  const std::pair<const char*, uint32_t> widths[] = {{"d_model", d_model}, {"n_heads", n_heads},
-                                                     {"n_kv_heads", n_kv_heads}, {"head_dim", head_dim},
-                                                     {"d_ff", d_ff}, {"n_vocab", n_vocab}, {"max_seq", max_seq}};
-  for (const auto& [name, value] : widths) {
-    if (value == 0) fail(std::string(name) + " is 0 (expected >= 1)");
-    if (value > kMaxWidth)
-      fail(std::string(name) + " " + std::to_string(value) + " is absurd (expected <= " + std::to_string(kMaxWidth) +
-           ")");
-  }
-  if (n_layers == 0) fail("n_layers is 0 (expected >= 1)");
-  if (n_layers > kMaxLayers)
-    fail("n_layers " + std::to_string(n_layers) + " is absurd (expected <= " + std::to_string(kMaxLayers) + ")");
-  if (uint64_t{n_heads} * head_dim > kMaxWidth)
-    fail("n_heads " + std::to_string(n_heads) + " x head_dim " + std::to_string(head_dim) + " is absurd (expected <= " +
-         std::to_string(kMaxWidth) + ")");
-  if (n_heads % n_kv_heads != 0)
-    fail("n_kv_heads " + std::to_string(n_kv_heads) + " does not divide n_heads " + std::to_string(n_heads));
-  if (arch == Arch::gpt2) {
-    if (uint64_t{n_heads} * head_dim != d_model)
-      fail("d_model " + std::to_string(d_model) + " is not n_heads " + std::to_string(n_heads) + " x head_dim " +
-           std::to_string(head_dim) + " (gpt2 needs them equal)");
-    if (n_kv_heads != n_heads)
-      fail("n_kv_heads " + std::to_string(n_kv_heads) + " differs from n_heads " + std::to_string(n_heads) +
-           " (gpt2 has no grouped-query attention)");
-    if (rope_interleaved) fail("the interleaved-RoPE flag is set but gpt2 has no RoPE");
-    if (!std::isfinite(rope_theta)) fail("rope_theta is not finite");
-  } else if (!(std::isfinite(rope_theta) && rope_theta > 0)) {
-    fail("rope_theta " + std::to_string(rope_theta) + " (expected finite and > 0 for llama)");
-  }
-  if (!(std::isfinite(norm_eps) && norm_eps > 0 && norm_eps < 1))
-    fail("norm_eps " + std::to_string(norm_eps) + " (expected finite, > 0 and < 1)");
-  if (tokenizer != TokenizerKind::none && tokenizer != TokenizerKind::byte_level)
-    fail("unknown tokenizer " + std::to_string(static_cast<uint32_t>(tokenizer)) +
-         " (expected 0 = none or 1 = byte_level)");
-  if (tokenizer == TokenizerKind::byte_level && n_vocab < 256)
-    fail("n_vocab " + std::to_string(n_vocab) + " is too small for the byte-level tokenizer (expected >= 256)");
-  for (const auto& [name, id] : {std::pair<const char*, uint32_t>{"bos_id", bos_id}, {"eos_id", eos_id}}) {
-    if (id == kNoToken) continue;
-    if (id >= n_vocab)
-      fail(std::string(name) + " " + std::to_string(id) + " is outside the vocabulary (expected < n_vocab " +
-           std::to_string(n_vocab) + " or 0xFFFFFFFF for none)");
-    if (tokenizer == TokenizerKind::byte_level && id < 256)
-      fail(std::string(name) + " " + std::to_string(id) +
-           " is a byte id (the byte-level tokenizer needs special tokens >= 256)");
-  }
-}
-
-uint64_t ModelConfig::n_params() const {
-  // The sum over family_tensors() (models/tensor_names.h) in closed form: no allocation, defined for any config
-  // (wraps modulo 2^64 for absurd ones, which validate() refuses).
-  const uint64_t d = d_model, ff = d_ff, v = n_vocab, q = uint64_t{n_heads} * head_dim;
-  const uint64_t kv = uint64_t{n_kv_heads} * head_dim, head = tied_embeddings ? 0 : v * d;
-  if (arch == Arch::gpt2)
-    return v * d + uint64_t{max_seq} * d +
-           n_layers * (4 * d + 3 * d * d + 3 * d + d * q + d + ff * d + ff + d * ff + d) + 2 * d + head;
-  return v * d + n_layers * (2 * d + q * d + 2 * kv * d + d * q + 3 * ff * d) + d + head;
-}
 
 uint64_t TensorInfo::n_elements() const {
   uint64_t n = 1;

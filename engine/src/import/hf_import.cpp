@@ -9,7 +9,7 @@
 
 #include "engine/src/format/format_internal.h"
 #include "engine/src/import/safetensors.h"
-#include "models/tensor_names.h"
+#include "models/family.h"
 
 #include <nlohmann/json.hpp>
 
@@ -78,48 +78,51 @@ json parse_json(std::string_view text, const std::string& where) {
 }
 
 // Typed access to config.json fields with errors naming the field. A field set to null counts as absent.
-class ConfigFields {
+class ConfigFields final : public HfConfigFields {
  public:
   ConfigFields(const json& j, std::string where, std::string family)
       : j_(j), where_(std::move(where)), family_(std::move(family)) {}
-  bool has(const char* key) const { return j_.contains(key) && !j_[key].is_null(); }
+  bool has(const char* key) const override { return j_.contains(key) && !j_[key].is_null(); }
+  std::string brief(const char* key) const override { return has(key) ? sqrtdk::brief(j_[key]) : "null"; }
+  std::string quote(const std::string& text) const override { return quote_name(text); }
+  [[noreturn]] void fail(const std::string& what) const override { throw Error(where_ + ": " + what); }
   const json& get(const char* key) const {
     if (!has(key)) throw Error(where_ + ": field '" + key + "' is missing (" + family_ + " needs it)");
     return j_[key];
   }
-  uint32_t dim(const char* key) const {
+  uint32_t dim(const char* key) const override {
     const json& v = get(key);
     if (!v.is_number_unsigned() || v.get<uint64_t>() == 0 || v.get<uint64_t>() > UINT32_MAX)
-      throw Error(where_ + ": field '" + key + "' must be a positive integer below 2^32, got " + brief(v));
+      throw Error(where_ + ": field '" + key + "' must be a positive integer below 2^32, got " + sqrtdk::brief(v));
     return static_cast<uint32_t>(v.get<uint64_t>());
   }
-  uint32_t dim_or(const char* key, uint32_t fallback) const { return has(key) ? dim(key) : fallback; }
-  float real_or(const char* key, float fallback) const {
+  uint32_t dim_or(const char* key, uint32_t fallback) const override { return has(key) ? dim(key) : fallback; }
+  float real_or(const char* key, float fallback) const override {
     if (!has(key)) return fallback;
     const json& v = j_[key];
     if (!v.is_number() || !std::isfinite(v.get<double>()))
-      throw Error(where_ + ": field '" + key + "' must be a finite number, got " + brief(v));
+      throw Error(where_ + ": field '" + key + "' must be a finite number, got " + sqrtdk::brief(v));
     return static_cast<float>(v.get<double>());
   }
-  bool flag_or(const char* key, bool fallback) const {
+  bool flag_or(const char* key, bool fallback) const override {
     if (!has(key)) return fallback;
-    if (!j_[key].is_boolean()) throw Error(where_ + ": field '" + key + "' must be true or false, got " + brief(j_[key]));
+    if (!j_[key].is_boolean()) throw Error(where_ + ": field '" + key + "' must be true or false, got " + sqrtdk::brief(j_[key]));
     return j_[key].get<bool>();
   }
-  std::string text_or(const char* key, const std::string& fallback) const {
+  std::string text_or(const char* key, const std::string& fallback) const override {
     if (!has(key)) return fallback;
-    if (!j_[key].is_string()) throw Error(where_ + ": field '" + key + "' must be a string, got " + brief(j_[key]));
+    if (!j_[key].is_string()) throw Error(where_ + ": field '" + key + "' must be a string, got " + sqrtdk::brief(j_[key]));
     return j_[key].get<std::string>();
   }
   // bos_token_id / eos_token_id: an id inside the vocabulary, or the first of a list; else none.
-  uint32_t token_or_none(const char* key, uint32_t n_vocab) const {
+  uint32_t token_or_none(const char* key, uint32_t n_vocab) const override {
     if (!has(key)) return kNoToken;
     json v = j_[key];
     if (v.is_array() && !v.empty()) v = v[0];
     if (v.is_number_unsigned() && v.get<uint64_t>() < n_vocab) return static_cast<uint32_t>(v.get<uint64_t>());
     return kNoToken;
   }
-  void unsupported(const std::string& what) const {
+  [[noreturn]] void unsupported(const std::string& what) const override {
     throw Error(where_ + ": " + what + " is not supported by sqrtdk's " + family_ + " converter");
   }
 
@@ -141,69 +144,23 @@ ModelConfig parse_hf_config(std::string_view json_text, const std::string& where
     architecture = a[0].get<std::string>();
   } else if (j.contains("model_type") && j["model_type"].is_string()) {
     const std::string type = j["model_type"].get<std::string>();
-    architecture = type == "gpt2" ? "GPT2LMHeadModel" : type == "llama" ? "LlamaForCausalLM" : "model_type " + type;
+    architecture = "model_type " + type;
+    for (const ModelFamily* f : model_families())
+      if (type == f->hf.model_type) architecture = f->hf.architectures[0];
   } else {
     throw Error(where + ": neither 'architectures' nor 'model_type' says which model this is");
   }
 
-  ModelConfig c;
-  c.tokenizer = TokenizerKind::none;
-  if (architecture == "GPT2LMHeadModel" || architecture == "GPT2Model") {
-    const ConfigFields f(j, where, architecture);
-    c.arch = Arch::gpt2;
-    c.d_model = f.dim("n_embd");
-    c.n_layers = f.dim("n_layer");
-    c.n_heads = f.dim("n_head");
-    c.n_kv_heads = c.n_heads;
-    if (c.d_model % c.n_heads != 0)
-      throw Error(where + ": n_embd " + std::to_string(c.d_model) + " is not a multiple of n_head " +
-                  std::to_string(c.n_heads));
-    c.head_dim = c.d_model / c.n_heads;
-    const uint64_t d_ff = f.has("n_inner") ? f.dim("n_inner") : uint64_t{4} * c.d_model;
-    if (d_ff > UINT32_MAX) throw Error(where + ": 4 x n_embd overflows (n_inner is null)");
-    c.d_ff = static_cast<uint32_t>(d_ff);
-    c.n_vocab = f.dim("vocab_size");
-    c.max_seq = f.has("n_positions") ? f.dim("n_positions") : f.dim("n_ctx");
-    c.norm_eps = f.real_or("layer_norm_epsilon", 1e-5f);
-    c.rope_theta = 0.0f;
-    c.tied_embeddings = f.flag_or("tie_word_embeddings", true);
-    const std::string act = f.text_or("activation_function", "gelu_new");
-    if (act != "gelu_new" && act != "gelu_pytorch_tanh" && act != "gelu_fast")
-      f.unsupported("activation_function '" + quote_name(act) + "' (sqrtdk's GPT-2 uses the tanh GELU, gelu_new)");
-    if (!f.flag_or("scale_attn_weights", true)) f.unsupported("scale_attn_weights false");
-    if (f.flag_or("scale_attn_by_inverse_layer_idx", false)) f.unsupported("scale_attn_by_inverse_layer_idx");
-    if (f.flag_or("add_cross_attention", false)) f.unsupported("add_cross_attention");
-    c.bos_id = f.token_or_none("bos_token_id", c.n_vocab);
-    c.eos_id = f.token_or_none("eos_token_id", c.n_vocab);
-  } else if (architecture == "LlamaForCausalLM") {
-    const ConfigFields f(j, where, architecture);
-    c.arch = Arch::llama;
-    c.d_model = f.dim("hidden_size");
-    c.n_layers = f.dim("num_hidden_layers");
-    c.n_heads = f.dim("num_attention_heads");
-    c.n_kv_heads = f.dim_or("num_key_value_heads", c.n_heads);
-    if (!f.has("head_dim") && c.d_model % c.n_heads != 0)
-      throw Error(where + ": hidden_size " + std::to_string(c.d_model) + " is not a multiple of num_attention_heads " +
-                  std::to_string(c.n_heads) + " and no head_dim is given");
-    c.head_dim = f.dim_or("head_dim", c.d_model / c.n_heads);
-    c.d_ff = f.dim("intermediate_size");
-    c.n_vocab = f.dim("vocab_size");
-    c.max_seq = f.dim("max_position_embeddings");
-    c.norm_eps = f.real_or("rms_norm_eps", 1e-6f);
-    c.rope_theta = f.real_or("rope_theta", 10000.0f);
-    c.tied_embeddings = f.flag_or("tie_word_embeddings", false);
-    c.rope_interleaved = f.flag_or("rope_interleaved", false);
-    if (f.has("rope_scaling")) f.unsupported("rope_scaling " + brief(j["rope_scaling"]));
-    if (f.flag_or("attention_bias", false)) f.unsupported("attention_bias true");
-    if (f.flag_or("mlp_bias", false)) f.unsupported("mlp_bias true");
-    const std::string act = f.text_or("hidden_act", "silu");
-    if (act != "silu") f.unsupported("hidden_act '" + quote_name(act) + "' (sqrtdk's llama uses SwiGLU with silu)");
-    c.bos_id = f.token_or_none("bos_token_id", c.n_vocab);
-    c.eos_id = f.token_or_none("eos_token_id", c.n_vocab);
-  } else {
-    throw Error(where + ": unknown architecture '" + quote_name(architecture) +
-                "' (sqrtdk converts GPT2LMHeadModel and LlamaForCausalLM)");
+  const ModelFamily* family = nullptr;
+  std::string known;  // "GPT2LMHeadModel and LlamaForCausalLM"
+  for (const ModelFamily* f : model_families()) {
+    for (const char* const* name = f->hf.architectures; *name; ++name)
+      if (architecture == *name) family = f;
+    known += (known.empty() ? "" : " and ") + std::string(f->hf.architectures[0]);
   }
+  if (!family)
+    throw Error(where + ": unknown architecture '" + quote_name(architecture) + "' (sqrtdk converts " + known + ")");
+  const ModelConfig c = family->hf.config(ConfigFields(j, where, architecture));
   c.validate(where);
   return c;
 }
@@ -294,50 +251,6 @@ struct PlannedTensor {
   bool transpose = false;           // GPT-2 Conv1D: source [in, out] -> [out, in]
   Checkpoint::Source source;
 };
-
-// HF name of a .sqdk tensor ("blk.3.ffn_up.weight" -> "transformer.h.3.mlp.c_fc.weight"); transposed for Conv1D.
-std::string gpt2_source_name(const std::string& name, const std::string& prefix, bool& transpose) {
-  transpose = false;
-  if (name == "tok_emb") return prefix + "wte.weight";
-  if (name == "pos_emb") return prefix + "wpe.weight";
-  if (name == "lm_head.weight") return "lm_head.weight";
-  if (name.rfind("out_norm.", 0) == 0) return prefix + "ln_f." + name.substr(9);
-  // blk.{i}.<part>.<weight|bias>
-  const size_t a = name.find('.', 4), b = name.rfind('.');
-  const std::string block = name.substr(4, a - 4), part = name.substr(a + 1, b - a - 1), leaf = name.substr(b + 1);
-  static const std::pair<const char*, const char*> parts[] = {
-      {"attn_norm", "ln_1"},         {"attn_qkv", "attn.c_attn"}, {"attn_out", "attn.c_proj"},
-      {"ffn_norm", "ln_2"},          {"ffn_up", "mlp.c_fc"},      {"ffn_down", "mlp.c_proj"}};
-  for (const auto& [ours, theirs] : parts)
-    if (part == ours) {
-      transpose = leaf == "weight" && std::strchr(theirs, '.') != nullptr;  // the Conv1D layers
-      return prefix + "h." + block + "." + theirs + "." + leaf;
-    }
-  throw Error("internal: no GPT-2 name for " + name);
-}
-
-std::string llama_source_name(const std::string& name) {
-  if (name == "tok_emb") return "model.embed_tokens.weight";
-  if (name == "lm_head.weight") return "lm_head.weight";
-  if (name == "out_norm.weight") return "model.norm.weight";
-  const size_t a = name.find('.', 4), b = name.rfind('.');
-  const std::string block = name.substr(4, a - 4), part = name.substr(a + 1, b - a - 1);
-  static const std::pair<const char*, const char*> parts[] = {
-      {"attn_norm", "input_layernorm"},         {"attn_q", "self_attn.q_proj"}, {"attn_k", "self_attn.k_proj"},
-      {"attn_v", "self_attn.v_proj"},           {"attn_out", "self_attn.o_proj"},
-      {"ffn_norm", "post_attention_layernorm"}, {"ffn_gate", "mlp.gate_proj"},  {"ffn_up", "mlp.up_proj"},
-      {"ffn_down", "mlp.down_proj"}};
-  for (const auto& [ours, theirs] : parts)
-    if (part == ours) return "model.layers." + block + "." + theirs + ".weight";
-  throw Error("internal: no llama name for " + name);
-}
-
-// Tensors a checkpoint may hold that the family does not need (buffers HF saved with older versions).
-bool is_known_buffer(Arch arch, const std::string& name) {
-  static const std::regex gpt2_buffers(R"((transformer\.)?h\.[0-9]+\.attn\.(bias|masked_bias))");
-  static const std::regex llama_buffers(R"(model\.layers\.[0-9]+\.self_attn\.rotary_emb\.inv_freq)");
-  return std::regex_match(name, arch == Arch::gpt2 ? gpt2_buffers : llama_buffers);
-}
 
 float load_as_f32(const unsigned char* p, DType d) {
   if (d == DType::f32) {
@@ -453,16 +366,15 @@ ConvertResult convert_hf_checkpoint(const std::string& hf_dir, const std::string
   const Checkpoint ck = open_checkpoint(dir);
 
   // Plan: every tensor the family needs, in canonical order, with its source.
-  std::string gpt2_prefix = "transformer.";
-  if (config.arch == Arch::gpt2 && !ck.find("transformer.wte.weight") && ck.find("wte.weight")) gpt2_prefix = "";
+  const ModelFamily& family = family_of(config);
+  const auto in_checkpoint = [&ck](const std::string& name) { return ck.find(name) != nullptr; };
   std::vector<PlannedTensor> plan;
   std::unordered_map<std::string, bool> used;
   for (const TensorSpec& spec : family_tensors(config)) {
     PlannedTensor p;
     p.name = spec.name;
     p.shape = spec.shape;
-    p.source_name = config.arch == Arch::gpt2 ? gpt2_source_name(spec.name, gpt2_prefix, p.transpose)
-                                              : llama_source_name(spec.name);
+    p.source_name = family.hf.tensor_name(spec.name, in_checkpoint, p.transpose);
     p.source_shape = spec.shape;
     if (p.transpose) std::reverse(p.source_shape.begin(), p.source_shape.end());
     const Checkpoint::Source* src = ck.find(p.source_name);
@@ -490,10 +402,11 @@ ConvertResult convert_hf_checkpoint(const std::string& hf_dir, const std::string
       result.skipped.push_back("lm_head.weight");
     }
   }
+  const std::regex ignored(family.hf.ignored_tensors);
   for (const auto& file : ck.files)
     for (const auto& t : file->tensors()) {
       if (used.count(t.name)) continue;
-      if (!is_known_buffer(config.arch, t.name))
+      if (!std::regex_match(t.name, ignored))
         throw Error(file->path() + ": tensor '" + quote_name(t.name) + "' is not used by " + arch_name(config.arch) +
                     " (a model variant sqrtdk does not support?)");
       result.skipped.push_back(t.name);

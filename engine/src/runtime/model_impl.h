@@ -1,59 +1,26 @@
-// ModelImpl: what a loaded Model holds (llama2.c's TransformerWeights, packed for our GEMM).
+// ModelImpl: what a loaded Model holds: the file mapping and the weights its family's plan packed from it.
 // Built once by Model::load; const afterwards and shared by every Session.
 #pragma once
 
 #include <sqrtdk/format.h>
-#include <sqrtdk/isa.h>
 
-#include "ops/base/aligned_buffer.h"
-#include "ops/gemm/gemm.h"
-#include "ops/rope/rope.h"
+#include "models/family.h"
+#include "models/runtime/model_weights.h"
 
 #include <memory>
-#include <optional>
 #include <string>
-#include <vector>
 
 namespace sqrtdk {
-
-// A linear layer y = x·Wᵀ (+ bias): W [N, K] packed once.
-struct Linear {
-  ops::PackedWeights weights;  // [N, K] packed for the model's ISA
-  AlignedBuffer<float> bias;   // [N], empty if the layer has no bias
-  size_t N() const { return weights.N(); }
-  size_t K() const { return weights.K(); }
-  const float* bias_or_null() const { return bias.empty() ? nullptr : bias.data(); }
-};
-
-struct LayerWeights {
-  AlignedBuffer<float> attn_norm_weight, attn_norm_bias;  // [d_model]; bias empty for llama
-  Linear attn_qkv;   // [(n_heads + 2 n_kv_heads) head_dim, d_model]: rows q, then k, then v (llama's three fused)
-  Linear attn_out;   // [d_model, n_heads head_dim]
-  AlignedBuffer<float> ffn_norm_weight, ffn_norm_bias;    // [d_model]
-  Linear ffn_gate;   // llama only: [d_ff, d_model]
-  Linear ffn_up;     // [d_ff, d_model]
-  Linear ffn_down;   // [d_model, d_ff]
-};
 
 class ModelImpl {
  public:
   std::string path;
-  ModelConfig config;
-  Isa isa = Isa::ref;
+  const ModelFamily* family = nullptr;
   uint64_t n_params = 0;
   double load_seconds = 0;
 
   std::shared_ptr<const WeightFile> file;  // kept mapped: embedding rows are read from it when stored as f32
-  const float* tok_emb = nullptr;          // [n_vocab, d_model] (in the mapping, or tok_emb_f32)
-  AlignedBuffer<float> tok_emb_f32;        // a converted copy when the file stores f16/bf16
-  AlignedBuffer<float> pos_emb;            // gpt2: [max_seq, d_model]
-  std::vector<LayerWeights> layers;        // [n_layers]
-  AlignedBuffer<float> out_norm_weight, out_norm_bias;  // [d_model]
-  Linear lm_head;                          // [n_vocab, d_model] (tok_emb when tied)
-  std::optional<ops::RopeTable> rope;      // llama: cos/sin for [max_seq, head_dim]
-
-  size_t qkv_width() const { return (config.n_heads + 2 * config.n_kv_heads) * config.head_dim; }
-  size_t packed_bytes() const;
+  ModelWeights weights;                    // config, ISA and the packed tensors
 };
 
 }  // namespace sqrtdk

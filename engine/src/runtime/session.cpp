@@ -2,7 +2,8 @@
 #include <sqrtdk/error.h>
 #include <sqrtdk/session.h>
 
-#include "models/runtime/executor.h"
+#include "engine/src/runtime/model_impl.h"
+#include "models/family.h"
 #include "ops/base/threading.h"
 
 #include <algorithm>
@@ -10,12 +11,19 @@
 
 namespace sqrtdk {
 
+// A Session's state: its hold on the model and the run state its family's forward pass uses.
+struct SessionState : ForwardState {
+  std::shared_ptr<const Model> model;
+  const ModelFamily* family = nullptr;
+};
+
 Session::Session(std::shared_ptr<const Model> model, const SessionOptions& options)
     : state_(std::make_unique<SessionState>()) {
   if (!model) throw Error("Session: model is null");
   SessionState& s = *state_;
   s.model = std::move(model);
-  s.m = &s.model->impl();
+  s.m = &s.model->impl().weights;
+  s.family = s.model->impl().family;
   const ModelConfig& c = s.m->config;
   s.max_context = options.max_context ? options.max_context : c.max_seq;
   if (s.max_context > c.max_seq)
@@ -40,8 +48,9 @@ Session::Session(std::shared_ptr<const Model> model, const SessionOptions& optio
     s.xb.allocate(s.max_batch * c.d_model);
     s.qkv.allocate(s.max_batch * s.m->qkv_width());
     s.att.allocate(s.max_batch * c.n_heads * c.head_dim);
-    s.hb.allocate(s.max_batch * c.d_ff);
-    if (c.arch == Arch::llama) s.hb2.allocate(s.max_batch * c.d_ff);
+    const ScratchWidths widths = s.family->scratch_widths(c);
+    s.hb.allocate(s.max_batch * widths.hidden);
+    if (widths.gate) s.hb2.allocate(s.max_batch * widths.gate);
   } catch (const Error& e) {
     throw Error("Session: scratch for max_batch " + std::to_string(s.max_batch) + ": " + e.what() +
                 " (set SessionOptions::max_batch lower)");
@@ -72,10 +81,7 @@ std::span<const float> Session::prefill(std::span<const uint32_t> tokens, bool a
   for (size_t start = 0; start < tokens.size(); start += s.max_batch) {
     const size_t n = std::min(s.max_batch, tokens.size() - start);
     const size_t pos0 = s.n_past;
-    if (c.arch == Arch::llama)
-      llama_forward(s, tokens.data() + start, n, pos0);
-    else
-      gpt2_forward(s, tokens.data() + start, n, pos0);
+    s.family->forward(s, tokens.data() + start, n, pos0);
     s.n_past += n;
     if (s.capture_layer >= 0) {
       // This chunk's probabilities: [n_heads][n][pos0 + n] -> rows start .. start + n of the capture.

@@ -1,0 +1,37 @@
+// The one list of model families (models/family.h). A family is defined in its own folder; adding one is a line
+// here (with its declaration) and its Arch value in <sqrtdk/config.h>.
+#include "models/family.h"
+
+#include <sqrtdk/error.h>
+
+namespace sqrtdk {
+
+extern const ModelFamily kGpt2Family;   // models/gpt2/gpt2_family.cpp
+extern const ModelFamily kLlamaFamily;  // models/llama/llama_family.cpp
+
+namespace {
+const ModelFamily* const kFamilies[] = {&kGpt2Family, &kLlamaFamily};
+}  // namespace
+
+std::span<const ModelFamily* const> model_families() { return kFamilies; }
+
+const ModelFamily* find_family(Arch arch) {
+  for (const ModelFamily* f : kFamilies)
+    if (f->arch == arch) return f;
+  return nullptr;
+}
+
+const ModelFamily& family_of(const ModelConfig& config) {
+  if (const ModelFamily* f = find_family(config.arch)) return *f;
+  throw Error("no model family has arch " + std::to_string(static_cast<uint32_t>(config.arch)));
+}
+
+std::vector<TensorSpec> family_tensors(const ModelConfig& config) { return family_of(config).tensors(config); }
+uint64_t family_tensor_count(const ModelConfig& config) { return family_of(config).tensor_count(config); }
+
+const char* arch_name(Arch arch) {
+  const ModelFamily* f = find_family(arch);
+  return f ? f->name : "unknown";
+}
+
+}  // namespace sqrtdk

@@ -1,0 +1,78 @@
+// The model-family registry: everything sqrtdk knows about one family of transformers, in one struct, and the one
+// list of families (models/families.cpp). The engine (format checks, loader, session, Hugging Face import), the
+// tools (make-toy, bench) and the tests ask the registry; none of them switches on Arch.
+//
+// Adding a family: a folder models/<family>/ that defines its ModelFamily (see models/llama/), one line in
+// models/families.cpp, its Arch value in <sqrtdk/config.h>, and its golden fixture (tools/make_golden.py).
+#pragma once
+
+#include <sqrtdk/config.h>
+
+#include "models/runtime/executor.h"
+#include "models/runtime/hf_config.h"
+#include "models/runtime/weight_loader.h"
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace sqrtdk {
+
+struct TensorSpec {
+  std::string name;
+  std::vector<uint64_t> shape;  // outermost first; linear weights are [out, in]
+};
+
+// Reads a tensor of the model as f32 by name, shaped as the family's tensor table says (reference forwards).
+using TensorReader = std::function<std::vector<float>(const std::string& name)>;
+
+struct ModelFamily {
+  Arch arch;
+  const char* name;  // the .sqdk arch name, also used on the command line ("llama")
+
+  // --- config and tensors (engine/FORMAT.md) ---
+  // The family's own config rules, after the shared ones of ModelConfig::validate: calls fail(what) to refuse.
+  void (*validate)(const ModelConfig& config, const std::function<void(const std::string& what)>& fail);
+  // The tensor set in canonical (file) order with the shapes the config implies. Precondition: validate passed.
+  std::vector<TensorSpec> (*tensors)(const ModelConfig& config);
+  // tensors(config).size() without building the list (safe for any config).
+  uint64_t (*tensor_count)(const ModelConfig& config);
+  // The sum of the tensor table's elements, in closed form (wraps for absurd configs, which validate refuses).
+  uint64_t (*n_params)(const ModelConfig& config);
+  // Multiply-adds per token in one block's linear layers (FLOP counts in reports and benchmarks).
+  double (*block_linear_macs)(const ModelConfig& config);
+  bool uses_rope;  // positions by rotary embedding (rope_theta, rope_interleaved apply)
+  // Defaults for what `sqrtdk make-toy` leaves open: the feed-forward width for a d_model, and the RoPE base.
+  uint32_t (*default_d_ff)(uint32_t d_model);
+  float default_rope_theta;
+
+  // --- running it ---
+  // The weight plan: fills `weights` (whose config and isa are set) from the loader, packing each linear once.
+  void (*load_weights)(WeightLoader& loader, ModelWeights& weights);
+  // Widths per token of the family's scratch (activations beyond the residual stream).
+  ScratchWidths (*scratch_widths)(const ModelConfig& config);
+  // One chunk of tokens through every block: tokens[n] at positions pos0 ..; leaves the final-normed rows in s.xb.
+  void (*forward)(ForwardState& s, const uint32_t* tokens, size_t n, size_t pos0);
+  // The executable spec: scalar ref ops only, weights read as f32, no packing, cache or chunking. Returns logits
+  // for every position, [tokens.size(), n_vocab].
+  std::vector<float> (*reference_forward)(const ModelConfig& config, const TensorReader& read,
+                                          std::span<const uint32_t> tokens);
+
+  // --- Hugging Face import (sqrtdk convert) ---
+  HfImport hf;
+};
+
+// Every family, in Arch order.
+std::span<const ModelFamily* const> model_families();
+// The family of `arch`, or nullptr if there is none (a corrupt file's config).
+const ModelFamily* find_family(Arch arch);
+// The family of a validated config (throws sqrtdk::Error for an unknown arch).
+const ModelFamily& family_of(const ModelConfig& config);
+
+// The family's tensor table for `config` (see ModelFamily::tensors).
+std::vector<TensorSpec> family_tensors(const ModelConfig& config);
+uint64_t family_tensor_count(const ModelConfig& config);
+
+}  // namespace sqrtdk

@@ -1,0 +1,17 @@
+#include "models/runtime/model_weights.h"
+
+namespace sqrtdk {
+
+// Memory held by what a family's weight plan filled (the file mapping is the engine's, not counted).
+size_t ModelWeights::packed_bytes() const {
+  size_t total = tok_emb_f32.size() * sizeof(float) + pos_emb.size() * sizeof(float) + lm_head.weights.bytes() +
+                 (out_norm_weight.size() + out_norm_bias.size()) * sizeof(float);
+  for (const auto& l : layers) {
+    for (const Linear* lin : {&l.attn_qkv, &l.attn_out, &l.ffn_gate, &l.ffn_up, &l.ffn_down}) total += lin->bytes();
+    total += (l.attn_norm_weight.size() + l.attn_norm_bias.size() + l.ffn_norm_weight.size() +
+              l.ffn_norm_bias.size()) * sizeof(float);
+  }
+  return total;
+}
+
+}  // namespace sqrtdk
