@@ -39,7 +39,7 @@ RANK = {"base": 0, "ops": 1, "models": 2, "engine": 3, "perf": 4, "tools": 4, "t
 MAY_USE = {
     "base": "ops/base only (it is the lowest layer)",
     "ops": "ops only (ops/base and other ops)",
-    "models": "ops and models only (public headers: isa.h, error.h, config.h)",
+    "models": "ops and models only (of the public headers, those in ops/base/include and models/include)",
     "engine": "ops, models and engine only",
     "perf": "ops, models and engine only",
     "tools": "ops, models, engine and tools only",
