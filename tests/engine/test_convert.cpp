@@ -1,4 +1,4 @@
-// sqrtdk convert (engine/src/import/hf_import.h, engine/src/import/safetensors.h): the golden Hugging Face checkpoints converted,
+// sqrtdk convert (<sqrtdk/convert.h>, engine/src/import/safetensors.h): the golden Hugging Face checkpoints converted,
 // loaded and run against PyTorch's logits; sharded input; hostile safetensors headers and checkpoints; the streaming
 // writer; a conversion killed mid-write; the CLI's exit code.
 #include <doctest/doctest.h>
@@ -8,7 +8,7 @@
 #include <sqrtdk/model.h>
 #include <sqrtdk/session.h>
 
-#include "engine/src/import/hf_import.h"
+#include <sqrtdk/convert.h>
 #include "engine/src/import/safetensors.h"
 #include "tests/common/npy.h"
 #include "tests/engine/test_format_util.h"

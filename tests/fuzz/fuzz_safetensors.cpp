@@ -3,7 +3,7 @@
 // ASan/UBSan report or another exception type. The first input byte picks the parser.
 #include <sqrtdk/error.h>
 
-#include "engine/src/import/hf_import.h"
+#include <sqrtdk/convert.h>
 #include "engine/src/import/safetensors.h"
 
 #include <cstdint>

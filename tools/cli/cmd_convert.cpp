@@ -1,12 +1,12 @@
 // sqrtdk convert HF_DIR -o FILE.sqdk [--dtype f32|f16|bf16] [--quiet]: a Hugging Face checkpoint folder
-// (config.json + model.safetensors or its shards) -> .sqdk. The work is engine/src/import/hf_import.h; this file is the
+// (config.json + model.safetensors or its shards) -> .sqdk. The work is <sqrtdk/convert.h>; this file is the
 // command line around it: a progress bar on stderr (only on a terminal, not with --quiet) and a one-line summary.
 #include "tools/cli/cli_util.h"
 #include "tools/cli/commands.h"
 
 #include <sqrtdk/format.h>
 
-#include "engine/src/import/hf_import.h"
+#include <sqrtdk/convert.h>
 
 #include <chrono>
 #include <cstdio>

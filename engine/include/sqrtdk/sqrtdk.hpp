@@ -1,7 +1,8 @@
 // The whole C++ API in one include: Model, Session, generation and sampling, the profiler, errors, ISA choice,
-// the .sqdk format. (The C API is <sqrtdk/sqrtdk.h>.)
+// the .sqdk format and Hugging Face conversion. (The C API is <sqrtdk/sqrtdk.h>.)
 #pragma once
 
+#include <sqrtdk/convert.h>
 #include <sqrtdk/error.h>
 #include <sqrtdk/format.h>
 #include <sqrtdk/generate.h>

@@ -3,7 +3,7 @@
 // Order of work: config.json -> ModelConfig; open the safetensors file(s); plan every .sqdk tensor (family_tensors
 // order) with its source tensor, expected source shape and whether it is transposed; check the whole plan and the
 // unused tensors; only then open the streaming writer and convert chunk by chunk.
-#include "engine/src/import/hf_import.h"
+#include <sqrtdk/convert.h>
 
 #include <sqrtdk/error.h>
 

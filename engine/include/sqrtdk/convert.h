@@ -1,13 +1,9 @@
 // Hugging Face checkpoint -> .sqdk (`sqrtdk convert`): config.json with HF field names plus model.safetensors, or
 // shards model-0000N-of-0000M.safetensors listed by model.safetensors.index.json.
 //
-// Families (config.json `architectures`, else `model_type`):
-//   GPT2LMHeadModel / GPT2Model -> gpt2: transformer.wte/wpe, transformer.h.{i}.ln_1, attn.c_attn, attn.c_proj, ln_2,
-//     mlp.c_fc, mlp.c_proj, transformer.ln_f (the "transformer." prefix may be absent). Conv1D weights are stored
-//     [in, out] and are transposed to our [out, in]. attn.bias / attn.masked_bias buffers are skipped.
-//   LlamaForCausalLM -> llama: model.embed_tokens, model.layers.{i}.input_layernorm, self_attn.{q,k,v,o}_proj,
-//     post_attention_layernorm, mlp.{gate,up,down}_proj, model.norm, lm_head. q/k keep the HF row order
-//     (rotate-half RoPE) unless config.json sets the sqrtdk-specific "rope_interleaved": true.
+// The family comes from config.json `architectures` (else `model_type`); each family states which names are its,
+// how config.json maps onto ModelConfig and how its tensors are named in the checkpoint (models/<family>/
+// <family>_family.cpp: GPT2LMHeadModel / GPT2Model -> gpt2, LlamaForCausalLM -> llama).
 // With tie_word_embeddings, lm_head.weight must be absent or equal to the embedding. Any other tensor the family
 // does not use is an error (it would mean a model variant that we would silently compute wrong), as are config
 // features we do not implement (rope_scaling, attention/mlp biases in llama, activations other than the family's).
