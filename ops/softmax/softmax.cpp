@@ -49,8 +49,7 @@ void softmax_rows(Isa isa, size_t n_rows, size_t n_cols, const float* src, size_
     SoftmaxMask m = mask;
     if (m.additive) m.additive += r.begin * m.ld;
     m.pos0 += r.begin;  // row r.begin + i keeps columns 0 .. pos0 + r.begin + i
-    kernels.rows(r.end - r.begin, n_cols, src + r.begin * ld_src, ld_src, dst + r.begin * ld_dst, ld_dst,
-                     scale, m);
+    kernels.rows(r.end - r.begin, n_cols, src + r.begin * ld_src, ld_src, dst + r.begin * ld_dst, ld_dst, scale, m);
   }
 }
 

@@ -32,8 +32,9 @@ const size_t kLengths[] = {1, 7, 8, 9, 15, 16, 17, 31, 33, 64, 768, 1000};
 // true value is below |x| e^-88.72 = 3e-39 |x| (<= 4e-37 here).
 // Measured with exp_rr2_p5 (SQRTDK_VERBOSE=1 prints it; Xeon, Emerald Rapids class, 2026-11-30, g++ 12, avx2 and
 // avx512 alike): max abs error gelu_tanh 4.8e-7, silu 1.9e-6, swiglu 3.8e-6 (all half an ulp of outputs near 100);
-// max relative error where |ref| >= 1e-6: gelu_tanh 1.4e-6, silu 2.1e-7, swiglu 2.4e-7. With the former Cephes-style exp (about 1 ulp):
-// silu 1.3e-7, swiglu 1.4e-7; clang 14 reached 1.6e-6 on gelu_tanh and 1.5e-5 on gelu results near 1e-30.
+// max relative error where |ref| >= 1e-6: gelu_tanh 1.4e-6, silu 2.1e-7, swiglu 2.4e-7. With the former
+// Cephes-style exp (about 1 ulp): silu 1.3e-7, swiglu 1.4e-7; clang 14 reached 1.6e-6 on gelu_tanh and 1.5e-5 on
+// gelu results near 1e-30.
 constexpr double kActRelTol = 3e-5;
 constexpr double kActAbsTol = 1e-36;
 
