@@ -3,6 +3,7 @@
 // with leading dimensions larger than widths and sentinels past each row's end; epilogues (incl. residual
 // aliasing dst); gemm_unpacked in both B layouts; bitwise equality across thread counts; bad arguments.
 #include "ops/gemm/gemm.h"
+#include "ops/activation/activation.h"
 #include "ops/gemm/gemm_kernels.h"
 
 #include <sqrtdk/error.h>
@@ -318,4 +319,34 @@ TEST_CASE("gemm: activation references") {
   CHECK(silu_ref(0.0f) == 0.0f);
   CHECK(silu_ref(1.0f) == doctest::Approx(0.7310586f).epsilon(1e-6));
   CHECK(silu_ref(-100.0f) == doctest::Approx(0.0f));
+}
+
+TEST_CASE("gemm: the fused activations are ops/activation's, bit for bit") {
+  // K = 1 with weights 1: the product is exactly src, so the epilogue's output is the activation alone, which must
+  // equal the standalone op's (one implementation: ops/activation/activation_simd.h on ops/base/vec_exp.h).
+  const size_t M = 3, N = 100;
+  std::vector<float> src(M), w(N, 1.0f);
+  for (size_t m = 0; m < M; ++m) src[m] = -9.0f + 4.5f * m;
+  for (const auto& kernel : runnable_kernels(gemm_detail::gemm_kernels())) {
+    if (kernel.isa == Isa::ref) continue;  // the double references differ by design (tanh form vs exp form)
+    CAPTURE(std::string(kernel.name));
+    const PackedWeights packed = PackedWeights::pack(w.data(), N, 1, 1, kernel.isa, GemmBackend::sqrtdk);
+    // The bias (0.01 n) makes every lane's input different: v = src[m] + bias[n].
+    std::vector<float> bias(N);
+    for (size_t n = 0; n < N; ++n) bias[n] = 0.01f * static_cast<float>(n);
+    for (Activation act : {Activation::gelu_tanh, Activation::silu}) {
+      CAPTURE(activation_name(act));
+      GemmEpilogue e;
+      e.bias = bias.data();
+      e.activation = act;
+      std::vector<float> fused(M * N), pre(M * N), alone(M * N);
+      for (size_t i = 0; i < pre.size(); ++i) pre[i] = src[i / N] + bias[i % N];
+      gemm(src.data(), M, 1, packed, fused.data(), N, e, 1);
+      if (act == Activation::gelu_tanh)
+        ops::gelu_tanh(kernel.isa, pre.data(), alone.data(), pre.size());
+      else
+        ops::silu(kernel.isa, pre.data(), alone.data(), pre.size());
+      CHECK(std::memcmp(fused.data(), alone.data(), fused.size() * sizeof(float)) == 0);
+    }
+  }
 }
