@@ -69,7 +69,8 @@ using gemm_detail::GemmKernels;
 const GemmKernels& kernels_for(Isa isa) { return select_kernel(gemm_detail::gemm_kernels(), isa).kernels; }
 
 void check_isa(const char* where, Isa isa) {
-  if (!cpu_supports(isa)) throw Error(std::string(where) + ": this CPU does not support ISA " + isa_name(isa));
+  if (!cpu_supports(isa))
+    throw Error(ErrorKind::unsupported, std::string(where) + ": this CPU does not support ISA " + isa_name(isa));
 }
 
 std::string dims(size_t a, size_t b) {

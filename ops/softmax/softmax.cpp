@@ -26,7 +26,8 @@ void softmax_rows(Isa isa, size_t n_rows, size_t n_cols, const float* src, size_
                   float scale, const SoftmaxMask& mask, int n_threads) {
   const std::string shape = "softmax_rows(n_rows=" + std::to_string(n_rows) + ", n_cols=" + std::to_string(n_cols) +
                             ", ld_src=" + std::to_string(ld_src) + ", ld_dst=" + std::to_string(ld_dst) + ")";
-  if (!cpu_supports(isa)) throw Error(shape + ": ISA " + isa_name(isa) + " is not supported by this CPU");
+  if (!cpu_supports(isa))
+    throw Error(ErrorKind::unsupported, shape + ": ISA " + isa_name(isa) + " is not supported by this CPU");
   if (n_rows == 0 || n_cols == 0) return;
   if (src == nullptr || dst == nullptr) throw Error(shape + ": src and dst must not be null");
   if (ld_src < n_cols || ld_dst < n_cols) throw Error(shape + ": ld_src and ld_dst must be >= n_cols");
@@ -54,14 +55,17 @@ void softmax_rows(Isa isa, size_t n_rows, size_t n_cols, const float* src, size_
 }
 
 void exp_rr2_p5(Isa isa, const float* src, float* dst, size_t n) {
-  if (!cpu_supports(isa)) throw Error(std::string("exp_rr2_p5: ISA ") + isa_name(isa) + " is not supported");
+  if (!cpu_supports(isa))
+    throw Error(ErrorKind::unsupported, std::string("exp_rr2_p5: ISA ") + isa_name(isa) + " is not supported");
   if (n == 0) return;
   if (src == nullptr || dst == nullptr) throw Error("exp_rr2_p5: src and dst must not be null");
   select_kernel(softmax_kernels(), isa).kernels.exp(src, dst, n);
 }
 
 float online_softmax_update(Isa isa, OnlineSoftmaxState& state, float* scores, size_t n) {
-  if (!cpu_supports(isa)) throw Error(std::string("online_softmax_update: ISA ") + isa_name(isa) + " is not supported");
+  if (!cpu_supports(isa))
+    throw Error(ErrorKind::unsupported,
+                std::string("online_softmax_update: ISA ") + isa_name(isa) + " is not supported");
   if (n > 0 && scores == nullptr) throw Error("online_softmax_update: scores must not be null");
   return select_kernel(softmax_kernels(), isa).kernels.online_update(state, scores, n);
 }

@@ -55,9 +55,6 @@ inline constexpr unsigned kMaxDims = 4;
 // Smallest directory entry: name_len(2) + 1-byte name + dtype(1) + n_dims(1) + one dim(8) + offset(8) + size(8)
 // + crc32(4). Bounds n_tensors before anything is allocated.
 inline constexpr uint64_t kMinEntrySize = 2 + 1 + 1 + 1 + 8 + 8 + 8 + 4;
-// Sanity caps on config values (FORMAT.md): keep every derived size and tensor count far from overflow.
-inline constexpr uint32_t kMaxWidth = 1u << 24;
-inline constexpr uint32_t kMaxLayers = 4096;
 
 inline uint16_t load_u16(const unsigned char* p) {
   uint16_t v;
