@@ -5,6 +5,7 @@
 // the executor's golden tests; this only guards the data they read.
 #include <doctest/doctest.h>
 
+#include "tests/common/golden.h"
 #include "tests/common/npy.h"
 
 #include <sqrtdk/format.h>
@@ -19,7 +20,6 @@ using namespace sqrtdk;
 
 namespace {
 
-const char* const kGoldenModels[] = {"gpt2", "llama_mha", "llama_gqa", "llama_hd80", "llama_interleaved"};
 
 nlohmann::json read_json(const std::string& path) {
   std::ifstream f(path);
@@ -30,9 +30,9 @@ nlohmann::json read_json(const std::string& path) {
 }  // namespace
 
 TEST_CASE("golden fixtures: model.sqdk loads with the stated config; logits and tokens are consistent") {
-  for (const char* model : kGoldenModels) {
+  for (const std::string& model : test::golden_names()) {
     CAPTURE(model);
-    const std::string dir = std::string(SQRTDK_TEST_DATA_DIR) + "/golden/" + model + "/";
+    const std::string dir = test::golden_dir(model) + "/";
     const nlohmann::json fixture = read_json(dir + "fixture.json");
     const nlohmann::json& c = fixture["config"];
 

@@ -10,6 +10,7 @@
 
 #include <sqrtdk/convert.h>
 #include "engine/src/import/safetensors.h"
+#include "tests/common/golden.h"
 #include "tests/common/npy.h"
 #include "tests/engine/test_format_util.h"
 
@@ -37,9 +38,8 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-const char* const kGoldenNames[] = {"gpt2", "llama_mha", "llama_gqa", "llama_hd80", "llama_interleaved"};
 
-std::string golden_dir(const std::string& name) { return std::string(SQRTDK_TEST_DATA_DIR) + "/golden/" + name; }
+using test::golden_dir;
 
 json read_json(const std::string& path) {
   std::ifstream f(path);
@@ -150,7 +150,7 @@ std::vector<float> prefill_all(const std::string& model_path, const std::vector<
 }  // namespace
 
 TEST_CASE("convert: golden HF checkpoints match PyTorch's logits") {
-  for (const char* name : kGoldenNames) {
+  for (const std::string& name : test::golden_names()) {
     CAPTURE(name);
     const json fixture = read_json(golden_dir(name) + "/fixture.json");
     const NpyF32 expected = read_npy_f32(golden_dir(name) + "/" + fixture["files"]["logits"].get<std::string>());
