@@ -221,7 +221,7 @@ TEST_CASE("hostile: an allocation that fails is a clear Error and the process li
   ModelConfig c = test::toy_llama_config();
   c.max_seq = 1u << 22;  // 2 layers × 2 kv heads × 4 Mi positions × 16 × 4 bytes × (K, V) = 2 GiB
   test::write_toy_model(path, c, 3);
-  auto model = Model::load(path);  // loading is small: only the cache is big
+  auto model = Model::load(path);  // loading is small (the RoPE table is per session): only the cache is big
 
   const pid_t pid = fork();
   REQUIRE(pid >= 0);
