@@ -42,7 +42,7 @@ void llama_forward(ForwardState& s, const uint32_t* tokens, size_t n, size_t pos
            2.0 * n * (c.n_heads + c.n_kv_heads) * hd * sizeof(float), [&] {
              const auto layout = c.rope_interleaved ? ops::RopeLayout::interleaved : ops::RopeLayout::rotate_half;
              // q heads then k heads are adjacent in a qkv row: rotate them in one call.
-             ops::rope(isa, *m.rope, layout, s.qkv.data(), n, qkv_w, c.n_heads + c.n_kv_heads, hd, pos0);
+             ops::rope(isa, *s.rope, layout, s.qkv.data(), n, qkv_w, c.n_heads + c.n_kv_heads, hd, pos0);
            });
     run_attention(s, layer, n, pos0);
     ops::GemmEpilogue residual;

@@ -10,9 +10,13 @@ namespace sqrtdk {
 
 namespace {
 
+// RoPE rotates (x[2i], x[2i+1]) or (x[i], x[i + hd/2]) by pos·θ^(-2i/hd): head_dim must be even, and the base
+// θ > 1 so that the frequencies fall with i (θ <= 1 gives no rotation or growing ones: the RoPE table refuses it).
 void validate(const ModelConfig& c, const std::function<void(const std::string&)>& fail) {
-  if (!(std::isfinite(c.rope_theta) && c.rope_theta > 0))
-    fail("rope_theta " + std::to_string(c.rope_theta) + " (expected finite and > 0 for llama)");
+  if (c.head_dim % 2 != 0)
+    fail("head_dim " + std::to_string(c.head_dim) + " is odd (expected even for llama: RoPE rotates pairs)");
+  if (!(std::isfinite(c.rope_theta) && c.rope_theta > 1))
+    fail("rope_theta " + std::to_string(c.rope_theta) + " (expected finite and > 1 for llama)");
 }
 
 uint64_t tensor_count(const ModelConfig& c) { return 1 + 9 * uint64_t{c.n_layers} + 1 + (c.tied_embeddings ? 0 : 1); }
@@ -78,7 +82,6 @@ void load_weights(WeightLoader& load, ModelWeights& m) {
   }
   m.out_norm_weight = load.copy("out_norm.weight", {d});
   m.lm_head = load.linear({{c.tied_embeddings ? "tok_emb" : "lm_head.weight", c.n_vocab}}, d);
-  m.rope.emplace(c.max_seq, c.head_dim, c.rope_theta);
 }
 
 ScratchWidths scratch_widths(const ModelConfig& c) { return {c.d_ff, c.d_ff}; }  // up and gate of SwiGLU

@@ -9,11 +9,13 @@
 
 #include "models/runtime/model_weights.h"
 #include "ops/attention/attention.h"
+#include "ops/rope/rope.h"
 #include "ops/base/aligned_buffer.h"
 
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <vector>
 
 namespace sqrtdk {
@@ -44,6 +46,9 @@ struct ForwardState {
   AlignedBuffer<float> hb;   // [max_batch, ScratchWidths::hidden] feed-forward hidden
   AlignedBuffer<float> hb2;  // [max_batch, ScratchWidths::gate] gate activations (gated families only)
   std::vector<float> logits;  // [n_rows, n_vocab] of the last call
+  // RoPE families: cos/sin for [max_context, head_dim], sized by this state's context (not the model's max_seq,
+  // which a file may set to 2^24).
+  std::optional<ops::RopeTable> rope;
   ops::AttentionWorkspace attention_ws;
 
   OpObserver observer;

@@ -7,9 +7,7 @@
 
 #include "ops/base/aligned_buffer.h"
 #include "ops/gemm/gemm.h"
-#include "ops/rope/rope.h"
 
-#include <optional>
 #include <vector>
 
 namespace sqrtdk {
@@ -45,7 +43,6 @@ struct ModelWeights {
   std::vector<LayerWeights> layers;        // [n_layers]
   AlignedBuffer<float> out_norm_weight, out_norm_bias;  // [d_model]
   Linear lm_head;                          // [n_vocab, d_model] (tok_emb when tied)
-  std::optional<ops::RopeTable> rope;      // llama: cos/sin for [max_seq, head_dim]
 
   size_t qkv_width() const { return (config.n_heads + 2 * config.n_kv_heads) * config.head_dim; }
   size_t packed_bytes() const;  // memory held: packed linears, norms, converted tables (not the file mapping)

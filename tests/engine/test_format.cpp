@@ -554,7 +554,7 @@ TEST_CASE("format error: NaN/Inf weights refused with check_finite, counted by c
     CHECK(wf->count_nonfinite(wf->tensors()[2]) == 0);
     LoadOptions opts;
     opts.check_finite = true;
-    expect_load_error(path, {"tensor 'blk.0.attn_k.weight': 2 of 48 values are NaN or Inf"}, opts);
+    expect_load_error(path, {"tensor 'blk.0.attn_k.weight': 2 of 64 values are NaN or Inf"}, opts);
   }
 }
 

@@ -19,7 +19,9 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <fcntl.h>
 #include <fstream>
+#include <future>
 #include <iterator>
 #include <limits>
 #include <string>
@@ -221,7 +223,7 @@ TEST_CASE("hostile: an allocation that fails is a clear Error and the process li
   ModelConfig c = test::toy_llama_config();
   c.max_seq = 1u << 22;  // 2 layers × 2 kv heads × 4 Mi positions × 16 × 4 bytes × (K, V) = 2 GiB
   test::write_toy_model(path, c, 3);
-  auto model = Model::load(path);  // loading is small: only the cache is big
+  auto model = Model::load(path);  // loading is small (the RoPE table is per session): only the cache is big
   sqrtdk_model* c_model = nullptr;  // the same through the C API: its status must say out of memory
   REQUIRE(sqrtdk_model_load(path.c_str(), 1, &c_model, nullptr, 0) == SQRTDK_OK);
 
@@ -281,3 +283,30 @@ TEST_CASE("hostile: an allocation that fails is a clear Error and the process li
   CHECK(WEXITSTATUS(status) == 0);
 }
 #endif
+
+TEST_CASE("hostile: a FIFO as the model path is refused at once, not waited on") {
+  // open() on a FIFO without O_NONBLOCK blocks until a writer appears: `sqrtdk inspect`, `run` and `sqrtdk-serve
+  // --model` hung on one. Each attempt runs asynchronously; if it has not answered in 10 s, a writer is opened to
+  // release it and the test fails.
+  test::TempDir dir;
+  const std::string fifo = dir.file("model.sqdk");
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  const auto attempt = [&](auto&& load) {
+    auto result = std::async(std::launch::async, [&] {
+      try {
+        load();
+      } catch (const Error& e) {
+        return std::string(e.what());
+      }
+      return std::string("loaded");
+    });
+    if (result.wait_for(std::chrono::seconds(10)) != std::future_status::ready) {
+      const int unblock = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK);
+      FAIL("opening the FIFO blocked");
+      if (unblock >= 0) ::close(unblock);
+    }
+    return result.get();
+  };
+  CHECK(attempt([&] { WeightFile::open(fifo); }) == fifo + ": not a regular file");
+  CHECK(attempt([&] { Model::load(fifo); }) == fifo + ": not a regular file");
+}

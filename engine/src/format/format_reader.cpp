@@ -114,7 +114,8 @@ void as_file_error(Fn&& fn) {
 // within LoadOptions::max_bytes and at least a header long.
 const unsigned char* map_file(const std::string& P, const LoadOptions& options, uint64_t& size) {
   Fd fd;
-  fd.fd = ::open(P.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: a FIFO (or a device) under the model's name must not hang the open; fstat then refuses it.
+  fd.fd = ::open(P.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd.fd < 0) throw file_error(P + ": cannot open: " + std::strerror(errno));
   struct stat st {};
   if (::fstat(fd.fd, &st) != 0) throw file_error(P + ": cannot stat: " + std::strerror(errno));

@@ -2,9 +2,9 @@
 //
 // Layout: header (128 B), directory entries in the given order, zero padding to a multiple of 64, then each
 // tensor's data at the next multiple of 64 with zero padding between; file_size = end of the last tensor.
-// The content is validated with the loader's rules first. The bytes go to "<path>.tmp-XXXXXX" (mkstemp) in the same
-// folder, are fsynced, renamed over `path`, and the folder is fsynced: a killed writer leaves at most a
-// temporary file, never a partial file under the final name.
+// The content is validated with the loader's rules first. The bytes go to "<path>.tmp-<pid>-XXXXXX" (mkstemp) in
+// the same folder, are fsynced, renamed over `path`, and the folder is fsynced: a killed writer leaves at most a
+// temporary file, never a partial file under the final name (and the next writer of that path removes it).
 // WeightFileWriter streams: the layout is fixed from names, dtypes and shapes, the data is appended tensor by tensor
 // (CRCs computed on the way), and the header and directory are written over their reserved bytes at commit().
 // write_weight_file is that writer fed with whole tensors.
@@ -21,6 +21,8 @@
 #include <memory>
 #include <unordered_set>
 
+#include <csignal>
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -31,9 +33,47 @@ using namespace format_detail;
 
 namespace {
 
+// The output must be a plain file path: an existing directory, device, FIFO or socket is refused (as root, `-o
+// /dev/null` replaced /dev/null with a regular file), and so is a symbolic link (the rename would replace the link,
+// not its target: give the target's path). Checked before any data is produced.
+void check_output_path(const std::string& path) {
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT) return;
+    throw Error(path + ": cannot check the output path: " + std::strerror(errno));
+  }
+  if (S_ISLNK(st.st_mode))
+    throw Error(path + ": is a symbolic link; the output would replace the link, not its target (give the target's "
+                       "path, or remove the link)");
+  if (S_ISDIR(st.st_mode)) throw Error(path + ": is a directory (the output must be a file path)");
+  if (!S_ISREG(st.st_mode))
+    throw Error(path + ": is a device, FIFO or socket, not a regular file (the output must be a file path)");
+}
+
+// Temporary files are "<path>.tmp-<pid>-XXXXXX". Those of a writer that was killed (its pid no longer runs) are
+// removed before a new one starts, so an interrupted convert does not leave hundreds of MB behind for good.
+void remove_stale_temp_files(const std::string& final_path) {
+  const std::filesystem::path final_p(final_path);
+  const std::string prefix = final_p.filename().string() + ".tmp-";
+  const std::filesystem::path dir = final_p.parent_path().empty() ? std::filesystem::path(".") : final_p.parent_path();
+  std::error_code ec;
+  for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.rfind(prefix, 0) != 0) continue;
+    char* rest = nullptr;
+    const long pid = std::strtol(name.c_str() + prefix.size(), &rest, 10);
+    if (pid <= 0 || rest == nullptr || *rest != '-') continue;  // not one of ours
+    if (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH && it->is_regular_file(ec))
+      std::filesystem::remove(it->path(), ec);
+  }
+}
+
 class TempFile {
  public:
-  explicit TempFile(const std::string& final_path) : final_(final_path), tmp_(final_path + ".tmp-XXXXXX") {
+  explicit TempFile(const std::string& final_path)
+      : final_(final_path), tmp_(final_path + ".tmp-" + std::to_string(::getpid()) + "-XXXXXX") {
+    check_output_path(final_);
+    remove_stale_temp_files(final_);
     fd_ = ::mkstemp(tmp_.data());  // unique name, created with O_EXCL
     if (fd_ < 0) throw Error(final_ + ": cannot create a temporary file beside it: " + std::strerror(errno));
     ::fchmod(fd_, 0644);  // mkstemp makes 0600; a model file is meant to be readable

@@ -426,6 +426,12 @@ ConvertResult convert_hf_checkpoint(const std::string& hf_dir, const std::string
     declared.push_back({p.name, out_dtype, p.shape});
     total_bytes += p.source.tensor->n_elements * dtype_size(out_dtype);
   }
+  // The output must not be one of the checkpoint's own files: the rename would replace data still being read.
+  std::vector<std::string> inputs = {config_path};
+  for (const auto& file : ck.files) inputs.push_back(file->path());
+  for (const auto& input : inputs)
+    if (std::filesystem::equivalent(out_path, input, ec))
+      throw Error(out_path + ": is the checkpoint's own file " + input + " (write the .sqdk somewhere else)");
   WeightFileWriter writer(out_path, config, declared);
 
   // Chunk buffers, reused across tensors: with `whole` (the largest transposed tensor) the only memory that grows

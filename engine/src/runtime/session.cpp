@@ -7,6 +7,7 @@
 #include "ops/base/threading.h"
 
 #include <algorithm>
+#include <new>
 #include <string>
 
 namespace sqrtdk {
@@ -54,6 +55,15 @@ Session::Session(std::shared_ptr<const Model> model, const SessionOptions& optio
   } catch (const Error& e) {
     throw Error(e.kind(), "Session: scratch for max_batch " + std::to_string(s.max_batch) + ": " + e.what() +
                 " (set SessionOptions::max_batch lower)");
+  }
+  if (s.family->uses_rope) {
+    try {
+      s.rope.emplace(s.max_context, c.head_dim, c.rope_theta);
+    } catch (const std::bad_alloc&) {
+      throw Error("Session: the RoPE table for max_context " + std::to_string(s.max_context) + " needs " +
+                  std::to_string(3 * s.max_context * c.head_dim * sizeof(float) >> 20) +
+                  " MiB: out of memory (set SessionOptions::max_context lower)");
+    }
   }
 }
 
@@ -124,8 +134,9 @@ const std::vector<float>& Session::captured_attention() const { return state_->c
 size_t Session::kv_cache_bytes() const { return (state_->k_cache.size() + state_->v_cache.size()) * sizeof(float); }
 size_t Session::scratch_bytes() const {
   const SessionState& s = *state_;
+  const size_t rope = s.rope ? 3 * s.rope->max_seq() * s.rope->head_dim() : 0;  // cos/sin, half and pairs
   return kv_cache_bytes() +
-         (s.x.size() + s.xb.size() + s.qkv.size() + s.att.size() + s.hb.size() + s.hb2.size()) * sizeof(float);
+         (s.x.size() + s.xb.size() + s.qkv.size() + s.att.size() + s.hb.size() + s.hb2.size() + rope) * sizeof(float);
 }
 
 }  // namespace sqrtdk
