@@ -137,6 +137,8 @@ TEST_CASE("cli: usage errors exit 1 with one line on stderr naming the option") 
       {"run --isa sse2", "--isa: expected ref, avx2 or avx512, got 'sse2'"},
       {"explain-scaling --isa sse2", "--isa"},
       {"attention-map --max-svg-mb -1", "--max-svg-mb"},
+      {"bench --prefill 0 --threads 1 --reps 1", "--prefill"},  // was exit 2 "prefill: no tokens"
+      {"generate --seed abc", "--seed: 'abc' is not a value"},
   };
   expect_one_line_errors(dir, cases, 1, "sqrtdk: usage error: ", "--help");  // and says where to look
 }
@@ -200,6 +202,18 @@ TEST_CASE("cli: bench clamps its default lengths to the model's context (so it r
   const CliResult given = run_cli(dir, "bench --prefill 512 --reps 1");
   CHECK(given.exit_code == 1);
   CHECK(contains(given.err, "max_seq"));
+}
+
+TEST_CASE("cli: profile clamps its default lengths to a small model's context") {
+  if (!std::filesystem::exists(kCli)) return;
+  TempDir dir;
+  const std::string toy = dir.file("toy.sqdk");
+  REQUIRE(run_cli(dir, "make-toy --arch llama --seed 1 --max-seq 40 -o '" + toy + "'").exit_code == 0);
+  const CliResult r = run_cli(dir, "profile --quiet -t 1 --peak-gflops 100 --bandwidth-gbs 10 --model '" + toy + "'");
+  CAPTURE(r.err);
+  CHECK(r.exit_code == 0);
+  CHECK(contains(r.err, "the model's context is 40 tokens, so the defaults were clamped: prefill 30, decode 10"));
+  CHECK(run_cli(dir, "profile --prefill 100 --model '" + toy + "'").exit_code == 1);  // given: an error
 }
 
 TEST_CASE("cli: --threads reaches the loader") {

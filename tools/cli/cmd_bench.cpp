@@ -73,6 +73,10 @@ void run(const BenchArgs& a) {
   const ModelConfig& c = model->config();
   const auto thread_list = parse_token_list(a.threads, "--threads");
   auto prefill_list = parse_token_list(a.prefill, "--prefill");
+  for (uint32_t n : prefill_list)
+    if (n == 0) throw CLI::ValidationError("--prefill", "lengths must be ≥ 1, got 0");
+  for (uint32_t t : thread_list)
+    if (t > 1024) throw CLI::ValidationError("--threads", "expected thread counts ≤ 1024, got " + std::to_string(t));
   // Defaults fit the model: `sqrtdk bench` with no arguments runs on any model, saying what it changed.
   const uint32_t context = c.max_seq;
   std::string clamped;

@@ -74,7 +74,15 @@ int main(int argc, char** argv) {
                    argv[1], names.c_str());
       return kUsage;
     }
-    std::fprintf(stderr, "sqrtdk: usage error: %s (see '%s --help')\n", e.what(), where.c_str());
+    // CLI11's "Could not convert: --seed = abc" says what failed but not what was expected: say it our way.
+    std::string message = e.what();
+    if (const std::string prefix = "Could not convert: "; message.rfind(prefix, 0) == 0) {
+      const size_t eq = message.find(" = ", prefix.size());
+      if (eq != std::string::npos)
+        message = message.substr(prefix.size(), eq - prefix.size()) + ": '" + message.substr(eq + 3) +
+                  "' is not a value of the expected type (see the type in --help)";
+    }
+    std::fprintf(stderr, "sqrtdk: usage error: %s (see '%s --help')\n", message.c_str(), where.c_str());
     return kUsage;
   } catch (const sqrtdk::Error& e) {
     std::fprintf(stderr, "sqrtdk: error: %s\n", e.what());
