@@ -143,3 +143,22 @@ TEST_CASE("sampler: the C API's sqrtdk_sample follows the same rules") {
     CHECK(sqrtdk_sample(nan_logits, 3, &c, &out) == SQRTDK_ERR_INVALID_ARGUMENT);
   }
 }
+
+TEST_CASE("sampler: extreme finite logits and temperatures stay finite (no NaN from inf - inf)") {
+  // The largest finite logits, both signs, and temperatures from denormal to huge: always a valid finite pick.
+  const float big = std::numeric_limits<float>::max();
+  const std::vector<float> logits = {-big, big, 0.0f, big, -1.0f};
+  for (float t : {std::numeric_limits<float>::denorm_min(), 1e-30f, 1.0f, 1e30f, big}) {
+    CAPTURE(t);
+    Sampler s({t, 0, 1.0f, 11});
+    for (int i = 0; i < 50; ++i) {
+      const uint32_t id = s.sample(logits);
+      if (t <= 1.0f) CHECK((id == 1 || id == 3));  // the two maxima share the mass
+      CHECK(id < logits.size());
+    }
+  }
+  const auto p = token_probabilities(logits);
+  CHECK(p[1] == doctest::Approx(0.5));
+  CHECK(p[3] == doctest::Approx(0.5));
+  CHECK(p[0] == 0.0);
+}
