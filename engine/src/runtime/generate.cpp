@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <string>
 
 namespace sqrtdk {
@@ -17,13 +18,10 @@ Sampler::Sampler(const SamplingOptions& options) : options_(options), rng_(optio
 
 namespace {
 
-// Counts of each kind of non-finite logit; throws on the first NaN or when every logit is -Inf (generate.h).
-struct NonFinite {
-  size_t pos_inf = 0, neg_inf = 0;
-};
-NonFinite check_logits(std::span<const float> logits, const char* who) {
+// Throws on the first NaN, or when every logit is -Inf (the rules in generate.h); `who` prefixes the message.
+void check_logits(std::span<const float> logits, const char* who) {
   if (logits.empty()) throw Error(std::string(who) + "empty logits");
-  NonFinite nf;
+  size_t n_neg_inf = 0;
   for (size_t i = 0; i < logits.size(); ++i) {
     const float x = logits[i];
     if (std::isnan(x))
@@ -31,12 +29,11 @@ NonFinite check_logits(std::span<const float> logits, const char* who) {
                   std::to_string(logits.size()) +
                   "): the model produced non-finite values (load with check_finite / --check-finite to find a "
                   "NaN or Inf weight)");
-    if (std::isinf(x)) ++(x > 0 ? nf.pos_inf : nf.neg_inf);
+    if (x == -std::numeric_limits<float>::infinity()) ++n_neg_inf;
   }
-  if (nf.neg_inf == logits.size())
+  if (n_neg_inf == logits.size())
     throw Error(std::string(who) + "every one of the " + std::to_string(logits.size()) +
                 " logits is -Inf: no token can be picked");
-  return nf;
 }
 
 // The unnormalised probability of `logit` given the largest logit `top` (+Inf entries share the mass; -Inf gets 0).
