@@ -6,6 +6,7 @@
 // % of the DRAM read bandwidth measured in this run.
 //   --max-seq N   skip prefill sequences / decode caches longer than N
 #include "ops/attention/attention.h"
+#include "ops/attention/attention_kernels.h"
 #include "perf/common/bench_util.h"
 
 #include "ops/base/aligned_buffer.h"
@@ -142,8 +143,9 @@ int main(int argc, char** argv) {
     if (args.rest[i] == "--prefill-only") run_decode = false;
   }
   const Isa isa = default_isa();
-  nlohmann::json out = {{"machine", machine_json()}, {"isa", isa_name(isa)}, {"prefill", nlohmann::json::array()},
-                        {"decode", nlohmann::json::array()}};
+  const char* kernel = ops::select_kernel(ops::attention_kernels(), isa).name;  // the fused path's table entry
+  nlohmann::json out = {{"machine", machine_json()}, {"isa", isa_name(isa)}, {"kernel", kernel},
+                        {"prefill", nlohmann::json::array()}, {"decode", nlohmann::json::array()}};
   out["note"] =
       "prefill GFLOP/s = 4*n*m*d*n_heads (halved if causal) / s; decode GB/s = K+V bytes / s; medians of reps";
 
@@ -225,7 +227,8 @@ int main(int argc, char** argv) {
       }
     }
     if (!args.json)
-      std::printf("threads %d: FMA peak %.1f GFLOP/s (%s), DRAM read %.1f GB/s\n", t, peak, isa_name(isa), bw);
+      std::printf("threads %d: FMA peak %.1f GFLOP/s (%s), DRAM read %.1f GB/s; fused kernels %s\n", t, peak,
+                  isa_name(isa), bw, kernel);
   }
   if (args.json) {
     std::printf("%s\n", out.dump(2).c_str());

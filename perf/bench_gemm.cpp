@@ -7,11 +7,13 @@
 // (M = 1), and the ratios ours / oneDNN and ours / OpenBLAS, at each thread count, medians of --reps runs.
 // OpenBLAS runs in a child process of this binary with OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE removed from its
 // environment (the project environment sets them for old OpenBLAS bugs; with them set it runs AVX2 kernels).
-// Flags: --isa ref|avx2|avx512 (our kernels; default: SQRTDK_ISA or the best), --only SUBSTRING (cases whose name
-// contains it), --no-openblas, plus the common ones (--json, --smoke, --reps, --threads).
+// Flags: --isa ref|avx2|avx512 (our kernels: the entry of gemm_kernels() that ISA selects, named in the output;
+// default: SQRTDK_ISA or the best), --only SUBSTRING (cases whose name contains it), --no-openblas, plus the common
+// ones (--json, --smoke, --reps, --threads).
 #include "perf/common/bench_util.h"
 
 #include "ops/gemm/gemm.h"
+#include "ops/gemm/gemm_kernels.h"
 
 #include <sqrtdk/error.h>
 
@@ -179,7 +181,9 @@ int main(int argc, char** argv) try {
     bandwidth[t] = measure_read_bandwidth_gbs(t, args.smoke);
   }
 
-  nlohmann::json out = {{"machine", machine_json()}, {"isa", isa_name(isa)}, {"results", nlohmann::json::array()}};
+  const char* kernel = ops::select_kernel(ops::gemm_detail::gemm_kernels(), isa).name;
+  nlohmann::json out = {{"machine", machine_json()}, {"isa", isa_name(isa)}, {"kernel", kernel},
+                        {"results", nlohmann::json::array()}};
   for (int t : args.threads)
     out["roofs"].push_back({{"threads", t}, {"fma_peak_gflops", peak[t]}, {"dram_read_gbs", bandwidth[t]}});
   Table table({"case", "thr", "sqrtdk GFLOP/s", "% peak", "GB/s", "% DRAM bw", "oneDNN GFLOP/s", "x oneDNN",
@@ -219,7 +223,8 @@ int main(int argc, char** argv) try {
   if (args.json) {
     std::printf("%s\n", out.dump(2).c_str());
   } else {
-    std::printf("bench-gemm: isa %s, medians of %d runs; roofs measured in this run:\n", isa_name(isa), args.reps);
+    std::printf("bench-gemm: isa %s (%s), medians of %d runs; roofs measured in this run:\n", isa_name(isa), kernel,
+                args.reps);
     for (int t : args.threads)
       std::printf("  %d thread(s): FMA peak %.1f GFLOP/s, DRAM read %.1f GB/s\n", t, peak[t], bandwidth[t]);
     std::printf("%s", table.str().c_str());

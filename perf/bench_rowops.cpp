@@ -5,12 +5,16 @@
 // (16384 x 768, 48 MiB per array: DRAM). These ops have no FLOP roof worth quoting; the bandwidth is the roof, and
 // only the stream shape is bounded by DRAM (the others may exceed it: they run from cache). The peer is the scalar
 // ref path of the same op (speedup column); rope takes no thread count (the executor calls it per token block).
+// Each op runs every entry of its kernel table this CPU supports (ops/<op>/<op>_kernels.h), reference first.
 #include "perf/common/bench_util.h"
 
 #include "ops/base/aligned_buffer.h"
 #include "ops/activation/activation.h"
+#include "ops/activation/activation_kernels.h"
 #include "ops/norm/norm.h"
+#include "ops/norm/norm_kernels.h"
 #include "ops/rope/rope.h"
+#include "ops/rope/rope_kernels.h"
 
 #include <cstdio>
 #include <functional>
@@ -42,7 +46,7 @@ int main(int argc, char** argv) {
   if (args.smoke) shapes = {{"decode", 1, 768}, {"prefill", 64, 768}};
 
   nlohmann::json out = {{"machine", machine_json()}, {"results", nlohmann::json::array()}};
-  Table table({"op", "shape", "threads", "isa", "us", "GB/s", "% DRAM rd", "x ref"});
+  Table table({"op", "shape", "threads", "kernel", "us", "GB/s", "% DRAM rd", "x ref"});
   const size_t max_elems = shapes.back().n_rows * shapes.back().d;
   AlignedBuffer<float> a(max_elems), b(max_elems), c(max_elems), weight(4096), bias(4096);
   fill(a, 1, -4.0f, 4.0f);
@@ -58,31 +62,39 @@ int main(int argc, char** argv) {
     for (const Shape& s : shapes) {
       const size_t n = s.n_rows * s.d;
       const double array_bytes = static_cast<double>(n) * sizeof(float);
+      const std::vector<KernelCase> norm_cases = kernel_cases(ops::norm_kernels());
+      const std::vector<KernelCase> activation_cases = kernel_cases(ops::activation_kernels());
+      const std::vector<KernelCase> rope_cases = kernel_cases(ops::rope_kernels());
       // op name -> (bytes touched per call, the call for an ISA)
       struct Op {
         const char* name;
         double bytes;
         bool threaded;
+        const std::vector<KernelCase>& kernels;  // its op's table
         std::function<void(Isa)> run;
       };
       const std::vector<Op> ops_list = {
-          {"layer_norm", 2 * array_bytes, true,
+          {"layer_norm", 2 * array_bytes, true, norm_cases,
            [&](Isa isa) {
              ops::layer_norm(isa, a.data(), s.n_rows, s.d, s.d, weight.data(), bias.data(), 1e-5f, c.data(), s.d,
                              threads);
            }},
-          {"rms_norm", 2 * array_bytes, true,
+          {"rms_norm", 2 * array_bytes, true, norm_cases,
            [&](Isa isa) {
              ops::rms_norm(isa, a.data(), s.n_rows, s.d, s.d, weight.data(), 1e-5f, c.data(), s.d, threads);
            }},
           // Out of place from fixed inputs: repeated in-place gelu/silu would shrink values into subnormals
           // (gelu(x) ~ x/2 near 0), whose microcode assists would be timed instead of the kernel.
-          {"gelu_tanh", 2 * array_bytes, true, [&](Isa isa) { ops::gelu_tanh(isa, a.data(), c.data(), n, threads); }},
-          {"silu", 2 * array_bytes, true, [&](Isa isa) { ops::silu(isa, a.data(), c.data(), n, threads); }},
-          {"swiglu", 3 * array_bytes, true, [&](Isa isa) { ops::swiglu(isa, a.data(), b.data(), c.data(), n, threads); }},
-          {"add", 3 * array_bytes, true, [&](Isa isa) { ops::add(isa, a.data(), b.data(), c.data(), n, threads); }},
+          {"gelu_tanh", 2 * array_bytes, true, activation_cases,
+           [&](Isa isa) { ops::gelu_tanh(isa, a.data(), c.data(), n, threads); }},
+          {"silu", 2 * array_bytes, true, activation_cases,
+           [&](Isa isa) { ops::silu(isa, a.data(), c.data(), n, threads); }},
+          {"swiglu", 3 * array_bytes, true, activation_cases,
+           [&](Isa isa) { ops::swiglu(isa, a.data(), b.data(), c.data(), n, threads); }},
+          {"add", 3 * array_bytes, true, activation_cases,
+           [&](Isa isa) { ops::add(isa, a.data(), b.data(), c.data(), n, threads); }},
           // Rows of 12 heads x 64 (d = 768), rotate-half, positions 0..n_rows-1.
-          {"rope", 2 * array_bytes, false,
+          {"rope", 2 * array_bytes, false, rope_cases,
            [&](Isa isa) {
              ops::rope(isa, rope_table, ops::RopeLayout::rotate_half, c.data(), s.n_rows, s.d, s.d / head_dim,
                        head_dim, 0);
@@ -91,17 +103,18 @@ int main(int argc, char** argv) {
       for (const Op& op : ops_list) {
         if (!op.threaded && threads != args.threads.front()) continue;
         std::map<Isa, double> seconds;
-        for (Isa isa : supported_isas()) {
+        for (const KernelCase& kernel : op.kernels) {
+          const Isa isa = kernel.isa;
           fill(c, 3, -4.0f, 4.0f);  // rope (in place, a rotation: magnitudes stay) starts from the same data
           seconds[isa] = median_seconds([&] { op.run(isa); }, args.reps);
           const double gbs = op.bytes / seconds[isa] / 1e9;
           const double vs_ref = seconds[Isa::ref] / seconds[isa];
           const int shown_threads = op.threaded ? threads : 1;
           table.add({op.name, std::string(s.name) + " " + std::to_string(s.n_rows) + "x" + std::to_string(s.d),
-                     std::to_string(shown_threads), isa_name(isa), fmt(seconds[isa] * 1e6, 2), fmt(gbs),
+                     std::to_string(shown_threads), kernel.name, fmt(seconds[isa] * 1e6, 2), fmt(gbs),
                      fmt(100.0 * gbs / dram_gbs), fmt(vs_ref, 1)});
           out["results"].push_back({{"op", op.name}, {"shape", s.name}, {"n_rows", s.n_rows}, {"d", s.d},
-                                    {"threads", shown_threads}, {"isa", isa_name(isa)},
+                                    {"threads", shown_threads}, {"isa", isa_name(isa)}, {"kernel", kernel.name},
                                     {"seconds", seconds[isa]}, {"gb_per_s", gbs}, {"dram_read_gbs", dram_gbs},
                                     {"pct_of_dram_read", 100.0 * gbs / dram_gbs}, {"speedup_vs_ref", vs_ref}});
         }

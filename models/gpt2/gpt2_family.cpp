@@ -63,7 +63,7 @@ uint64_t n_params(const ModelConfig& c) {
 }
 
 double block_linear_macs(const ModelConfig& c) {
-  const double d = c.d_model, q = double{c.n_heads} * c.head_dim, kv = double{c.n_kv_heads} * c.head_dim;
+  const double d = c.d_model, q = double(c.n_heads) * c.head_dim, kv = double(c.n_kv_heads) * c.head_dim;
   return d * (q + 2 * kv) + q * d + 2.0 * d * c.d_ff;  // qkv, out, up + down
 }
 

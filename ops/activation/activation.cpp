@@ -1,5 +1,7 @@
-// Activations: argument checks, split over threads, dispatch on Isa.
+// Activations: argument checks, split over threads, dispatch through the kernel table (defined here).
 #include "ops/activation/activation.h"
+
+#include "ops/activation/activation_kernels.h"
 
 #include "ops/base/threading.h"
 
@@ -40,25 +42,31 @@ void check_ptrs(const char* op, size_t n, std::initializer_list<const float*> pt
 
 }  // namespace
 
+std::span<const KernelEntry<ActivationKernels>> activation_kernels() {
+  // Static casts pick the out-of-place overloads of the references.
+  using Unary = void (*)(const float*, float*, size_t);
+  static constexpr KernelEntry<ActivationKernels> table[] = {
+      {Isa::avx512, "activation_avx512_rr2_p5", {gelu_tanh_avx512, silu_avx512, swiglu_avx512, add_avx512}},
+      {Isa::avx2, "activation_avx2_rr2_p5", {gelu_tanh_avx2, silu_avx2, swiglu_avx2, add_avx2}},
+      {Isa::ref, "activation_ref_f64",
+       {static_cast<Unary>(gelu_tanh_ref), static_cast<Unary>(silu_ref), swiglu_ref, add_ref}},
+  };
+  return table;
+}
+
 void gelu_tanh(Isa isa, const float* src, float* dst, size_t n, int n_threads) {
+  const ActivationKernels& kernels = select_kernel(activation_kernels(), isa).kernels;
   check_ptrs("gelu_tanh", n, {src, dst});
   for_chunks(n, n_threads, [&](size_t b, size_t e) {
-    switch (isa) {
-      case Isa::avx512: gelu_tanh_avx512(src + b, dst + b, e - b); break;
-      case Isa::avx2: gelu_tanh_avx2(src + b, dst + b, e - b); break;
-      case Isa::ref: gelu_tanh_ref(src + b, dst + b, e - b); break;
-    }
+    kernels.gelu_tanh(src + b, dst + b, e - b);
   });
 }
 
 void silu(Isa isa, const float* src, float* dst, size_t n, int n_threads) {
+  const ActivationKernels& kernels = select_kernel(activation_kernels(), isa).kernels;
   check_ptrs("silu", n, {src, dst});
   for_chunks(n, n_threads, [&](size_t b, size_t e) {
-    switch (isa) {
-      case Isa::avx512: silu_avx512(src + b, dst + b, e - b); break;
-      case Isa::avx2: silu_avx2(src + b, dst + b, e - b); break;
-      case Isa::ref: silu_ref(src + b, dst + b, e - b); break;
-    }
+    kernels.silu(src + b, dst + b, e - b);
   });
 }
 
@@ -66,24 +74,18 @@ void gelu_tanh(Isa isa, float* x, size_t n, int n_threads) { gelu_tanh(isa, x, x
 void silu(Isa isa, float* x, size_t n, int n_threads) { silu(isa, x, x, n, n_threads); }
 
 void swiglu(Isa isa, const float* gate, const float* up, float* dst, size_t n, int n_threads) {
+  const ActivationKernels& kernels = select_kernel(activation_kernels(), isa).kernels;
   check_ptrs("swiglu", n, {gate, up, dst});
   for_chunks(n, n_threads, [&](size_t b, size_t e) {
-    switch (isa) {
-      case Isa::avx512: swiglu_avx512(gate + b, up + b, dst + b, e - b); break;
-      case Isa::avx2: swiglu_avx2(gate + b, up + b, dst + b, e - b); break;
-      case Isa::ref: swiglu_ref(gate + b, up + b, dst + b, e - b); break;
-    }
+    kernels.swiglu(gate + b, up + b, dst + b, e - b);
   });
 }
 
 void add(Isa isa, const float* a, const float* b, float* dst, size_t n, int n_threads) {
+  const ActivationKernels& kernels = select_kernel(activation_kernels(), isa).kernels;
   check_ptrs("add", n, {a, b, dst});
   for_chunks(n, n_threads, [&](size_t lo, size_t hi) {
-    switch (isa) {
-      case Isa::avx512: add_avx512(a + lo, b + lo, dst + lo, hi - lo); break;
-      case Isa::avx2: add_avx2(a + lo, b + lo, dst + lo, hi - lo); break;
-      case Isa::ref: add_ref(a + lo, b + lo, dst + lo, hi - lo); break;
-    }
+    kernels.add(a + lo, b + lo, dst + lo, hi - lo);
   });
 }
 

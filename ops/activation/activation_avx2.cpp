@@ -1,5 +1,5 @@
 // Activation kernels for avx2: instantiations of ops/activation/activation_simd.h with xsimd::fma3<xsimd::avx2>.
-#include "ops/activation/activation.h"
+#include "ops/activation/activation_kernels.h"
 #include "ops/activation/activation_simd.h"
 
 namespace sqrtdk::ops {

@@ -6,7 +6,7 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 
-#include "ops/activation/activation.h"
+#include "ops/activation/activation_kernels.h"
 #include "ops/activation/activation_simd.h"
 
 namespace sqrtdk::ops {

@@ -31,8 +31,6 @@ namespace {
 
 size_t round_up(size_t x, size_t m) { return (x + m - 1) / m * m; }
 
-size_t vector_width(Isa isa) { return isa == Isa::avx512 ? 16 : 8; }
-
 std::string describe(const AttentionParams& p) {
   return "attention(n_heads=" + std::to_string(p.n_heads) + ", n_kv_heads=" + std::to_string(p.n_kv_heads) +
          ", head_dim=" + std::to_string(p.head_dim) + ", n_queries=" + std::to_string(p.n_queries) +
@@ -59,18 +57,16 @@ void validate(Isa isa, const AttentionParams& p) {
     fail("cache_stride = " + std::to_string(p.cache_stride) + " < pos0 + n_queries = " + std::to_string(p.n_keys()));
 }
 
-void fused_prefill(Isa isa, const AttentionParams& p, AttentionWorkspace::Impl& ws, int threads) {
-  const FusedPlan plan = make_fused_plan(p, vector_width(isa));
+void fused_prefill(const AttentionKernels& kernels, const AttentionParams& p, AttentionWorkspace::Impl& ws,
+                   int threads) {
+  const FusedPlan plan = make_fused_plan(p, kernels.vector_width);
   const size_t per_thread = round_up(fused_scratch_floats(plan), 16);
   ws.reserve_thread_scratch(static_cast<size_t>(threads), per_thread);
   const size_t n_items = p.n_kv_heads * plan.n_blocks;
   auto item_fn = [&](size_t item, float* scratch) {
     // Later query blocks first (the most expensive under causal masking).
     const size_t qb = plan.n_blocks - 1 - item / p.n_kv_heads, g = item % p.n_kv_heads;
-    if (isa == Isa::avx512)
-      fused_prefill_item_avx512(p, plan, g, qb, scratch);
-    else
-      fused_prefill_item_avx2(p, plan, g, qb, scratch);
+    kernels.prefill_item(p, plan, g, qb, scratch);
   };
   if (threads <= 1) {  // no OpenMP region: entering one costs microseconds even for a team of one (libgomp)
     for (size_t item = 0; item < n_items; ++item) item_fn(item, ws.thread_scratch(0, per_thread));
@@ -83,25 +79,20 @@ void fused_prefill(Isa isa, const AttentionParams& p, AttentionWorkspace::Impl& 
     item_fn(item, ws.thread_scratch(static_cast<size_t>(omp_get_thread_num()), per_thread));
 }
 
-void fused_decode(Isa isa, const AttentionParams& p, AttentionWorkspace::Impl& ws, int threads) {
-  const DecodePlan plan = make_decode_plan(p, vector_width(isa));
+void fused_decode(const AttentionKernels& kernels, const AttentionParams& p, AttentionWorkspace::Impl& ws,
+                  int threads) {
+  const DecodePlan plan = make_decode_plan(p, kernels.vector_width);
   const size_t per_thread = round_up(decode_scratch_floats(plan), 16);
   ws.reserve_thread_scratch(static_cast<size_t>(threads), per_thread);
   float* partials = ws.shared(decode_partial_floats(p, plan));
   const size_t n_items = p.n_kv_heads * plan.n_chunks;
   auto chunk_item = [&](size_t item, float* scratch) {
     const size_t g = item / plan.n_chunks, chunk = item % plan.n_chunks;
-    if (isa == Isa::avx512)
-      decode_chunk_avx512(p, plan, g, chunk, scratch, partials);
-    else
-      decode_chunk_avx2(p, plan, g, chunk, scratch, partials);
+    kernels.decode_chunk(p, plan, g, chunk, scratch, partials);
   };
   auto merge_head = [&](size_t h) {
     const size_t g = h / plan.group, hh = h % plan.group;
-    if (isa == Isa::avx512)
-      decode_merge_avx512(p, plan, g, hh, partials);
-    else
-      decode_merge_avx2(p, plan, g, hh, partials);
+    kernels.decode_merge(p, plan, g, hh, partials);
   };
   if (threads <= 1) {  // no OpenMP region: it cost ~10 us per call here (measured), as much as a short decode step
     for (size_t item = 0; item < n_items; ++item) chunk_item(item, ws.thread_scratch(0, per_thread));
@@ -119,6 +110,16 @@ void fused_decode(Isa isa, const AttentionParams& p, AttentionWorkspace::Impl& w
 }
 
 }  // namespace
+
+std::span<const KernelEntry<AttentionKernels>> attention_kernels() {
+  static constexpr KernelEntry<AttentionKernels> table[] = {
+      {Isa::avx512, "attention_fused_avx512",
+       {nullptr, 16, fused_prefill_item_avx512, decode_chunk_avx512, decode_merge_avx512}},
+      {Isa::avx2, "attention_fused_avx2", {nullptr, 8, fused_prefill_item_avx2, decode_chunk_avx2, decode_merge_avx2}},
+      {Isa::ref, "attention_ref_f64", {attention_ref, 1, nullptr, nullptr, nullptr}},
+  };
+  return table;
+}
 
 // ---- plans ----
 
@@ -230,14 +231,15 @@ void attention(Isa isa, const AttentionParams& p, AttentionWorkspace& ws, int n_
     attention_unfused(isa, p, ws.impl(), threads);
     return;
   }
-  if (isa == Isa::ref) {  // the reference ISA runs the spec itself
-    attention_ref(p);
+  const AttentionKernels& kernels = select_kernel(attention_kernels(), isa).kernels;
+  if (kernels.reference) {  // the reference slot runs the spec itself
+    kernels.reference(p);
     return;
   }
   if (p.n_queries == 1)
-    fused_decode(isa, p, ws.impl(), threads);
+    fused_decode(kernels, p, ws.impl(), threads);
   else
-    fused_prefill(isa, p, ws.impl(), threads);
+    fused_prefill(kernels, p, ws.impl(), threads);
 }
 
 }  // namespace sqrtdk::ops

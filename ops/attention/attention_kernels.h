@@ -1,12 +1,15 @@
 // Internal interface between the attention dispatch (attention.cpp, baseline ISA) and the per-ISA kernels
 // (attention_simd.h instantiated in attention_avx2.cpp / attention_avx512.cpp): the work partition (plans), the
-// tile constants, and the per-ISA entry points. Plain data and declarations only (no inline code shared between
-// translation units compiled with different -m flags).
+// tile constants, the per-ISA entry points and attention's kernel table (dispatch, tests and benchmarks iterate
+// it). Plain data and declarations only (no inline code shared between translation units compiled with different
+// -m flags).
 #pragma once
 
 #include "ops/attention/attention.h"
+#include "ops/base/kernel_table.h"
 
 #include <cstddef>
+#include <span>
 
 namespace sqrtdk::ops {
 
@@ -46,7 +49,20 @@ DecodePlan make_decode_plan(const AttentionParams& p, size_t vector_width);
 size_t decode_scratch_floats(const DecodePlan& plan);                            // per thread
 size_t decode_partial_floats(const AttentionParams& p, const DecodePlan& plan);  // shared
 
-// Per-ISA kernels (attention_simd.h). scratch: per-thread, 64-byte aligned, sizes above.
+// One ISA's fused kernels (attention_simd.h). scratch: per-thread, 64-byte aligned, sizes above.
+// The reference entry has no fused kernels: `reference` (non-null only there) runs the whole op, the spec.
+struct AttentionKernels {
+  void (*reference)(const AttentionParams& p);
+  size_t vector_width;  // floats per vector: the plans pad rows and head_dim to it
+  void (*prefill_item)(const AttentionParams& p, const FusedPlan& plan, size_t g, size_t qb, float* scratch);
+  void (*decode_chunk)(const AttentionParams& p, const DecodePlan& plan, size_t g, size_t chunk, float* scratch,
+                       float* partials);
+  void (*decode_merge)(const AttentionParams& p, const DecodePlan& plan, size_t g, size_t hh, const float* partials);
+};
+
+// Best ISA first, the reference last (kernel_table.h).
+std::span<const KernelEntry<AttentionKernels>> attention_kernels();
+
 void fused_prefill_item_avx512(const AttentionParams& p, const FusedPlan& plan, size_t g, size_t qb, float* scratch);
 void fused_prefill_item_avx2(const AttentionParams& p, const FusedPlan& plan, size_t g, size_t qb, float* scratch);
 void decode_chunk_avx512(const AttentionParams& p, const DecodePlan& plan, size_t g, size_t chunk, float* scratch,

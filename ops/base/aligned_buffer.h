@@ -3,7 +3,7 @@
 // Why not std::vector: kernels want 64-byte alignment (one cache line, one zmm register), and on this machine the
 // first touch of a 4 KiB page costs about 12 us, so large buffers are 2 MiB aligned and marked MADV_HUGEPAGE
 // (about 50x cheaper to fault in). Allocate once (at load or session creation), reuse across calls.
-// Contents are uninitialized unless zero() is called. Allocation failure throws sqrtdk::Error with the size.
+// Contents are uninitialized unless zero() is called. Allocation failure throws sqrtdk::Error (kind out_of_memory) with the size.
 #pragma once
 
 #include <sqrtdk/error.h>
@@ -51,7 +51,7 @@ class AlignedBuffer {
     size_ = 0;
     if (count == 0) return;
     if (count > std::numeric_limits<size_t>::max() / sizeof(T) - kHugePage)
-      throw Error("allocation of " + std::to_string(count) + " elements overflows size_t");
+      throw Error(ErrorKind::out_of_memory, "allocation of " + std::to_string(count) + " elements overflows size_t");
     // Large buffers start on a 2 MiB boundary and their whole huge pages are marked MADV_HUGEPAGE; the tail past the
     // last whole huge page stays on 4 KiB pages, so no buffer carries up to 2 MiB of resident padding (it did: ~50
     // MB over a 110M-parameter model's packed weights).
@@ -59,7 +59,7 @@ class AlignedBuffer {
     const size_t align = bytes >= kHugePage ? kHugePage : kAlignment;
     void* p = nullptr;
     if (posix_memalign(&p, align, bytes) != 0 || p == nullptr)
-      throw Error("out of memory allocating " + std::to_string(bytes) + " bytes");
+      throw Error(ErrorKind::out_of_memory, "out of memory allocating " + std::to_string(bytes) + " bytes");
 #ifdef MADV_HUGEPAGE
     if (align == kHugePage) madvise(p, bytes / kHugePage * kHugePage, MADV_HUGEPAGE);  // a hint; failure is harmless
 #endif

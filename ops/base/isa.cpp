@@ -57,8 +57,8 @@ Isa choose_default_isa() {
   if (forced != nullptr && forced[0] != '\0') {
     isa = parse_isa(forced);
     if (!cpu_supports(isa))
-      throw Error(std::string("SQRTDK_ISA=") + forced + ": this CPU does not support " + isa_name(isa) +
-                  " (best available: " + isa_name(best_isa()) + ")");
+      throw Error(ErrorKind::unsupported, std::string("SQRTDK_ISA=") + forced + ": this CPU does not support " +
+                                              isa_name(isa) + " (best available: " + isa_name(best_isa()) + ")");
   }
   if (verbose())
     std::fprintf(stderr, "sqrtdk: ISA %s (%s; best on this CPU: %s)\n", isa_name(isa),

@@ -20,46 +20,31 @@ double steady_seconds() {
 }
 }  // namespace
 
-double flops_per_iteration(Isa isa) {
-  switch (isa) {
-    case Isa::ref: return 2.0 * 8;           // 8 scalar multiply-adds
-    case Isa::avx2: return 2.0 * 8 * 10;     // 10 ymm FMAs of 8 lanes
-    case Isa::avx512: return 2.0 * 16 * 10;  // 10 zmm FMAs of 16 lanes
-  }
-  return 0;
+std::span<const ops::KernelEntry<RoofKernels>> roof_kernels() {
+  static constexpr ops::KernelEntry<RoofKernels> table[] = {
+      {Isa::avx512, "roofs_avx512", {2.0 * 16 * 10, fma_loop_avx512, read_loop_avx512}},  // 10 zmm FMAs of 16 lanes
+      {Isa::avx2, "roofs_avx2", {2.0 * 8 * 10, fma_loop_avx2, read_loop_avx2}},           // 10 ymm FMAs of 8 lanes
+      {Isa::ref, "roofs_ref", {2.0 * 8, fma_loop_ref, read_loop_ref}},                    // 8 scalar multiply-adds
+  };
+  return table;
 }
 
-namespace {
-float fma_loop(Isa isa, long iterations) {
-  switch (isa) {
-    case Isa::ref: return fma_loop_ref(iterations);
-    case Isa::avx2: return fma_loop_avx2(iterations);
-    case Isa::avx512: return fma_loop_avx512(iterations);
-  }
-  return 0;
-}
-float read_loop(Isa isa, const float* src, size_t n) {
-  switch (isa) {
-    case Isa::avx512: return read_loop_avx512(src, n);
-    case Isa::avx2: return read_loop_avx2(src, n);
-    default: return read_loop_ref(src, n);
-  }
-}
-}  // namespace
+double flops_per_iteration(Isa isa) { return ops::select_kernel(roof_kernels(), isa).kernels.flops_per_iteration; }
 
 double measure_fma_gflops(Isa isa, int n_threads, long iterations, int reps) {
   if (!cpu_supports(isa)) throw Error(std::string("measure_fma_gflops: this CPU lacks ") + isa_name(isa));
+  const RoofKernels& kernels = ops::select_kernel(roof_kernels(), isa).kernels;
   double best = 1e30;
   float sink = 0;
   for (int rep = 0; rep < reps; ++rep) {
     const double t0 = steady_seconds();
 #pragma omp parallel num_threads(n_threads) reduction(+ : sink)
-    sink += fma_loop(isa, iterations);
+    sink += kernels.fma_loop(iterations);
     best = std::min(best, steady_seconds() - t0);
   }
   if (sink == 12345.0f) std::fputc(' ', stderr);  // keeps the result alive
   // Best-of, not median: the roof is what the hardware can do, and noise only lowers it.
-  return flops_per_iteration(isa) * iterations * n_threads / best * 1e-9;
+  return kernels.flops_per_iteration * iterations * n_threads / best * 1e-9;
 }
 
 double measure_read_gbs(int n_threads, size_t bytes, int reps) {
@@ -67,7 +52,7 @@ double measure_read_gbs(int n_threads, size_t bytes, int reps) {
   AlignedBuffer<float> a(n);
 #pragma omp parallel for num_threads(n_threads) schedule(static)
   for (size_t i = 0; i < n; ++i) a[i] = 1.0f;  // first touch outside the timed loop, by the threads that read
-  const Isa isa = best_isa();
+  const RoofKernels& kernels = ops::select_kernel(roof_kernels(), best_isa()).kernels;
   double best = 1e30;
   float sink = 0;
   for (int rep = 0; rep < reps; ++rep) {
@@ -76,7 +61,7 @@ double measure_read_gbs(int n_threads, size_t bytes, int reps) {
     {
       const int t = omp_get_thread_num(), nt = omp_get_num_threads();
       const size_t begin = n * t / nt, end = n * (t + 1) / nt;
-      sink += read_loop(isa, a.data() + begin, end - begin);
+      sink += kernels.read_loop(a.data() + begin, end - begin);
     }
     best = std::min(best, steady_seconds() - t0);
   }

@@ -2,9 +2,12 @@
 // (ops/base/roofs_<isa>.cpp). Used by the profiler's calibration and by every benchmark in perf/.
 #pragma once
 
+#include "ops/base/kernel_table.h"
+
 #include <sqrtdk/isa.h>
 
 #include <cstddef>
+#include <span>
 
 namespace sqrtdk::roofs {
 
@@ -12,12 +15,20 @@ namespace sqrtdk::roofs {
 float fma_loop_ref(long iterations);     // 8 scalar multiply-adds per round (no FMA in baseline x86-64)
 float fma_loop_avx2(long iterations);    // 10 ymm FMAs per round
 float fma_loop_avx512(long iterations);  // 10 zmm FMAs per round
-double flops_per_iteration(Isa isa);
+double flops_per_iteration(Isa isa);  // of the loop measure_fma_gflops runs for `isa`
 
 // Sum of src[0, n): streaming reads with independent accumulators.
 float read_loop_ref(const float* src, size_t n);
 float read_loop_avx2(const float* src, size_t n);
 float read_loop_avx512(const float* src, size_t n);
+
+// One ISA's loops and the work of one fma_loop round. Table: best ISA first, the reference last (kernel_table.h).
+struct RoofKernels {
+  double flops_per_iteration;
+  float (*fma_loop)(long iterations);
+  float (*read_loop)(const float* src, size_t n);
+};
+std::span<const ops::KernelEntry<RoofKernels>> roof_kernels();
 
 // Peak FP32 GFLOP/s of `isa` on `n_threads` threads (best of `reps` runs of `iterations` rounds per thread).
 double measure_fma_gflops(Isa isa, int n_threads, long iterations, int reps);

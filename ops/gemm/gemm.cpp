@@ -1,5 +1,5 @@
-// GEMM driver (baseline ISA): argument checks, weight packing, the thread split and dispatch to the per-ISA
-// kernels (gemm_avx2.cpp, gemm_avx512.cpp), the double-precision reference, and gemm_unpacked for attention.
+// GEMM driver (baseline ISA): argument checks, weight packing, the thread split and dispatch through the kernel
+// table (defined here: gemm_avx512.cpp, gemm_avx2.cpp, gemm_ref.cpp), and gemm_unpacked for attention.
 //
 // Thread split: the output is cut into a tm × tn grid of regions whose borders fall on the kernel's tile grid
 // (multiples of mr rows and nr columns), so every element is computed by the same kernel in the same K order for
@@ -39,16 +39,6 @@ const char* activation_name(Activation activation) {
   return "unknown";
 }
 
-float gelu_tanh_ref(float x) {
-  const double xd = x;
-  return static_cast<float>(0.5 * xd * (1.0 + std::tanh(0.7978845608028654 * (xd + 0.044715 * xd * xd * xd))));
-}
-
-float silu_ref(float x) {
-  const double xd = x;
-  return static_cast<float>(xd / (1.0 + std::exp(-xd)));
-}
-
 const char* gemm_backend_name(GemmBackend backend) {
   return backend == GemmBackend::onednn ? "onednn" : "sqrtdk";
 }
@@ -74,29 +64,13 @@ GemmBackend default_gemm_backend() {
 
 namespace {
 
-struct IsaKernels {
-  BlockSizes bs;
-  void (*region)(const GemmCall&, size_t, size_t, size_t, size_t);
-  void (*pack)(const float*, size_t, bool, size_t, size_t, size_t, size_t, float*);
-  void (*direct)(size_t, size_t, size_t, float, const float*, size_t, const float*, size_t, bool, float*, size_t,
-                 size_t, size_t);
-};
+using gemm_detail::GemmKernels;
 
-IsaKernels kernels_for(Isa isa) {
-  switch (isa) {
-    case Isa::avx512:
-      return {gemm_detail::gemm_block_sizes_avx512(), gemm_detail::gemm_region_avx512,
-              gemm_detail::pack_panels_avx512, gemm_detail::gemm_direct_avx512};
-    case Isa::avx2:
-      return {gemm_detail::gemm_block_sizes_avx2(), gemm_detail::gemm_region_avx2, gemm_detail::pack_panels_avx2,
-              gemm_detail::gemm_direct_avx2};
-    case Isa::ref: break;
-  }
-  throw Error("gemm: no SIMD kernels for ISA ref");
-}
+const GemmKernels& kernels_for(Isa isa) { return select_kernel(gemm_detail::gemm_kernels(), isa).kernels; }
 
 void check_isa(const char* where, Isa isa) {
-  if (!cpu_supports(isa)) throw Error(std::string(where) + ": this CPU does not support ISA " + isa_name(isa));
+  if (!cpu_supports(isa))
+    throw Error(ErrorKind::unsupported, std::string(where) + ": this CPU does not support ISA " + isa_name(isa));
 }
 
 std::string dims(size_t a, size_t b) {
@@ -170,7 +144,7 @@ Grid choose_grid(size_t M, size_t N, const BlockSizes& bs, int nt) {
 }
 
 // The blocked/decode kernels over a tm × tn grid of regions of `call`, with thread-local scratch.
-void run_blocked(const IsaKernels& kern, const GemmCall& call, int n_threads) {
+void run_blocked(const GemmKernels& kern, const GemmCall& call, int n_threads) {
   const BlockSizes& bs = kern.bs;
   const int nt = resolve_threads(n_threads);
   const Grid grid = choose_grid(call.M, call.N, bs, nt);
@@ -215,20 +189,24 @@ void run_blocked(const IsaKernels& kern, const GemmCall& call, int n_threads) {
   });
 }
 
-void apply_epilogue_ref(float& out, double acc, const GemmEpilogue& e, size_t m, size_t n) {
-  float v = static_cast<float>(acc);
-  if (e.bias) v += e.bias[n];
-  if (e.activation == Activation::gelu_tanh) v = gelu_tanh_ref(v);
-  if (e.activation == Activation::silu) v = silu_ref(v);
-  if (e.multiply) v *= e.multiply[m * e.ld_multiply + n];
-  if (e.residual) v += e.residual[m * e.ld_residual + n];
-  out = v;
-}
-
 }  // namespace
 
+std::span<const KernelEntry<GemmKernels>> gemm_detail::gemm_kernels() {
+  // Filled on first use (thread-safe): the block sizes are data returned by each ISA's TU, measured there.
+  static const KernelEntry<GemmKernels> table[] = {
+      {Isa::avx512, "gemm_ukernel_6x64_avx512",
+       {gemm_detail::gemm_block_sizes_avx512(), gemm_detail::gemm_region_avx512, gemm_detail::pack_panels_avx512,
+        gemm_detail::gemm_direct_avx512}},
+      {Isa::avx2, "gemm_ukernel_4x24_avx2",
+       {gemm_detail::gemm_block_sizes_avx2(), gemm_detail::gemm_region_avx2, gemm_detail::pack_panels_avx2,
+        gemm_detail::gemm_direct_avx2}},
+      {Isa::ref, "gemm_ref_f64",
+       {{1, 1, 1, 1, 1}, gemm_detail::gemm_region_ref, gemm_detail::pack_panels_ref, gemm_detail::gemm_direct_ref}},
+  };
+  return table;
+}
+
 GemmBlocking gemm_blocking(Isa isa) {
-  if (isa == Isa::ref) return {1, 1, 1, 1, 1};
   const BlockSizes bs = kernels_for(isa).bs;
   return {bs.mr, bs.nr, bs.kc, bs.mc, bs.nc};
 }
@@ -280,13 +258,7 @@ PackedWeights PackedWeights::pack(const float* weights, size_t N, size_t K, size
     if (rows_consumed) rows_consumed(0, N);
     return out;
   }
-  if (isa == Isa::ref) {
-    p.data.allocate(N * K);
-    for (size_t n = 0; n < N; ++n) std::memcpy(p.data.data() + n * K, weights + n * ld_weights, K * sizeof(float));
-    if (rows_consumed) rows_consumed(0, N);
-    return out;
-  }
-  const IsaKernels kern = kernels_for(isa);
+  const GemmKernels& kern = kernels_for(isa);
   p.nr = kern.bs.nr;
   const size_t n_panels = (N + p.nr - 1) / p.nr;
   p.data.allocate(n_panels * p.nr * K);
@@ -327,36 +299,10 @@ void gemm(const float* src, size_t M, size_t lda, const PackedWeights& weights, 
     gemm_detail::onednn_gemm(*p.onednn, src, M, lda, dst, ldc, epilogue, resolve_threads(n_threads));
     return;
   }
-  if (p.isa == Isa::ref) {
-    // The spec, split over rows (each row independent, so any split gives the same bits).
-    GemmEpilogue e = epilogue;
-    const int nt = static_cast<int>(std::min<size_t>(resolve_threads(n_threads), M));
-    run_threads(nt, [&](int t) {
-      const Range r = split_range(M, nt, t);
-      for (size_t m = r.begin; m < r.end; ++m) {
-        GemmEpilogue er = e;
-        if (er.multiply) er.multiply += m * er.ld_multiply;
-        if (er.residual) er.residual += m * er.ld_residual;
-        gemm_ref(src + m * lda, 1, lda, p.data.data(), N, K, K, dst + m * ldc, ldc, er);
-      }
-    });
-    return;
-  }
-  const IsaKernels kern = kernels_for(p.isa);
+  const GemmKernels& kern = kernels_for(p.isa);
   GemmCall call{src, lda, M, N, K, p.data.data(), dst, ldc, 1.0f, epilogue.bias, epilogue.activation,
                 epilogue.multiply, epilogue.ld_multiply, epilogue.residual, epilogue.ld_residual, 0, 0, 0, 0};
   run_blocked(kern, call, n_threads);
-}
-
-void gemm_ref(const float* src, size_t M, size_t lda, const float* weights, size_t N, size_t K, size_t ld_weights,
-              float* dst, size_t ldc, const GemmEpilogue& epilogue) {
-  // dst[m, n] = epilogue(Σ_k src[m, k] · weights[n, k]), the sum in double.
-  for (size_t m = 0; m < M; ++m)
-    for (size_t n = 0; n < N; ++n) {
-      double acc = 0;
-      for (size_t k = 0; k < K; ++k) acc += static_cast<double>(src[m * lda + k]) * weights[n * ld_weights + k];
-      apply_epilogue_ref(dst[m * ldc + n], acc, epilogue, m, n);
-    }
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -370,18 +316,6 @@ GemmWorkspace::GemmWorkspace(GemmWorkspace&&) noexcept = default;
 GemmWorkspace& GemmWorkspace::operator=(GemmWorkspace&&) noexcept = default;
 GemmWorkspace::~GemmWorkspace() = default;
 size_t GemmWorkspace::bytes() const { return impl_ ? impl_->panels.size() * sizeof(float) : 0; }
-
-void gemm_unpacked_ref(size_t M, size_t N, size_t K, float alpha, const float* A, size_t lda, const float* B,
-                       size_t ldb, BLayout b_layout, float* C, size_t ldc) {
-  // C[m, n] = alpha · Σ_k A[m, k] · op(B)[k, n], the sum in double.
-  for (size_t m = 0; m < M; ++m)
-    for (size_t n = 0; n < N; ++n) {
-      double acc = 0;
-      for (size_t k = 0; k < K; ++k)
-        acc += static_cast<double>(A[m * lda + k]) * (b_layout == BLayout::nk ? B[n * ldb + k] : B[k * ldb + n]);
-      C[m * ldc + n] = static_cast<float>(alpha * acc);
-    }
-}
 
 void gemm_unpacked(Isa isa, size_t M, size_t N, size_t K, float alpha, const float* A, size_t lda, const float* B,
                    size_t ldb, BLayout b_layout, float* C, size_t ldc, GemmWorkspace& ws, int n_threads) {
@@ -406,11 +340,7 @@ void gemm_unpacked(Isa isa, size_t M, size_t N, size_t K, float alpha, const flo
   if (overlaps(A, lda, M, K, C, ldc, M, N) || (kn ? overlaps(B, ldb, K, N, C, ldc, M, N)
                                                    : overlaps(B, ldb, N, K, C, ldc, M, N)))
     throw Error(where() + ": C overlaps A or B");
-  if (isa == Isa::ref) {
-    gemm_unpacked_ref(M, N, K, alpha, A, lda, B, ldb, b_layout, C, ldc);
-    return;
-  }
-  const IsaKernels kern = kernels_for(isa);
+  const GemmKernels& kern = kernels_for(isa);
   const int nt = resolve_threads(n_threads);
   if (M <= 4) {
     // Split N in chunks that keep the direct kernel's vector blocks whole (64 columns).

@@ -52,7 +52,7 @@ GemmBlocking gemm_blocking(Isa isa);
 
 // Weights [N, K] packed once at load for one ISA and backend; immutable afterwards, movable.
 //   sqrtdk backend, avx2/avx512: ceil(N/NR) panels of [K][NR] floats (K-major, 64-byte aligned, N zero-padded).
-//   sqrtdk backend, ref: a plain copy [N][K].
+//   sqrtdk backend, ref: a plain copy [N][K] (panels of width 1).
 //   onednn backend: reordered into the matmul primitive's preferred layout (format_tag::any).
 class PackedWeights {
  public:
@@ -71,7 +71,7 @@ class PackedWeights {
   Isa isa() const;
   GemmBackend backend() const;
   size_t bytes() const;  // memory held by the packed weights
-  size_t nr() const;     // panel width (sqrtdk backend, SIMD ISAs); 0 otherwise
+  size_t nr() const;     // panel width (sqrtdk backend; 1 for ref); 0 for onednn
 
   struct Impl;
   const Impl& impl() const { return *impl_; }

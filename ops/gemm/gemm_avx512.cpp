@@ -3,7 +3,7 @@
 // 32 zmm registers; per k step 4 vector loads and 6 broadcasts feed 24 FMAs (12 cycles at 2 FMA/cycle). 64
 // columns divide every N of the model shapes (768, 2048, 3072, 32000). Decode: 2 k-interleaved sets × 4 = 8 chains.
 // GCC 12 reports -W(maybe-)uninitialized inside its own avx512fintrin.h (_mm512_undefined_ps passed through
-// xsimd::exp/tanh when inlined): a known false positive (GCC bug 105593), silenced for this TU only.
+// xsimd's masked ops when inlined): a known false positive (GCC bug 105593), silenced for this TU only.
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"

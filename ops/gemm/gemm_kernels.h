@@ -1,11 +1,14 @@
 // Internal interface between the GEMM driver (gemm.cpp, baseline ISA) and the per-ISA kernels
-// (gemm_avx2.cpp, gemm_avx512.cpp, both instantiating gemm_simd.h).
+// (gemm_avx2.cpp, gemm_avx512.cpp, both instantiating gemm_simd.h; gemm_ref.cpp, the spec), and GEMM's kernel
+// table, which dispatch, tests and benchmarks iterate.
 #pragma once
 
+#include "ops/base/kernel_table.h"
 #include "ops/gemm/gemm.h"
 
 #include <cstddef>
 #include <memory>
+#include <span>
 
 namespace sqrtdk::ops::gemm_detail {
 
@@ -42,26 +45,44 @@ struct GemmCall {
 // each panel once, linearly), else kc. Partial sums go through dst only when it is < K.
 inline size_t k_slice(const BlockSizes& bs, size_t M, size_t K) { return M <= bs.mr ? K : bs.kc; }
 
-// gemm_region_<isa>: computes dst rows [m0, m1) × columns [n0, n1) of the call (n0 a multiple of nr, m0 a
-// multiple of mr, so the tile grid is the same for any thread split); src rows are read in place. M == 1 takes the
-// streaming decode kernel (k-interleaved accumulators); else the blocked path.
-// Kernels never allocate or throw.
-BlockSizes gemm_block_sizes_avx2();
-void gemm_region_avx2(const GemmCall& call, size_t m0, size_t m1, size_t n0, size_t n1);
-void pack_panels_avx2(const float* b, size_t ldb, bool b_is_kn, size_t N, size_t K, size_t n0, size_t n1,
-                     float* panels);
-void gemm_direct_avx2(size_t M, size_t N, size_t K, float alpha, const float* A, size_t lda, const float* B,
-                     size_t ldb, bool b_is_kn, float* C, size_t ldc, size_t n0, size_t n1);
+// One ISA's kernels and their block sizes (data, from the ISA's TU, where each was measured). Kernels never
+// allocate or throw.
+//   region: computes dst rows [m0, m1) × columns [n0, n1) of the call (n0 a multiple of nr, m0 a multiple of mr,
+//           so the tile grid is the same for any thread split); src rows are read in place. SIMD: M == 1 takes the
+//           streaming decode kernel (k-interleaved accumulators), else the blocked path.
+//   pack:   writes panels [n0/nr, ceil(n1/nr)) of B (layout nk: [N, K]; kn: [K, N]) into `panels` (the full
+//           ceil(N/nr)·K·nr array), zero-padding columns ≥ N.
+//   direct: C[:, n0:n1] = alpha·A·op(B) for small M without packing.
+// The reference entry (Isa::ref, gemm_ref.cpp) is the spec in this shape: block sizes all 1 (its panels, of width
+// 1, are the plain [N][K] copy), each element a double sum over k then the epilogue, as gemm_ref.
+struct GemmKernels {
+  BlockSizes bs;
+  void (*region)(const GemmCall& call, size_t m0, size_t m1, size_t n0, size_t n1);
+  void (*pack)(const float* b, size_t ldb, bool b_is_kn, size_t N, size_t K, size_t n0, size_t n1, float* panels);
+  void (*direct)(size_t M, size_t N, size_t K, float alpha, const float* A, size_t lda, const float* B, size_t ldb,
+                 bool b_is_kn, float* C, size_t ldc, size_t n0, size_t n1);
+};
+
+// Best ISA first, the reference last (kernel_table.h). GemmBackend (oneDNN) is a separate axis, not in the table.
+std::span<const KernelEntry<GemmKernels>> gemm_kernels();
+
 BlockSizes gemm_block_sizes_avx512();
 void gemm_region_avx512(const GemmCall& call, size_t m0, size_t m1, size_t n0, size_t n1);
 void pack_panels_avx512(const float* b, size_t ldb, bool b_is_kn, size_t N, size_t K, size_t n0, size_t n1,
-                     float* panels);
+                        float* panels);
 void gemm_direct_avx512(size_t M, size_t N, size_t K, float alpha, const float* A, size_t lda, const float* B,
+                        size_t ldb, bool b_is_kn, float* C, size_t ldc, size_t n0, size_t n1);
+BlockSizes gemm_block_sizes_avx2();
+void gemm_region_avx2(const GemmCall& call, size_t m0, size_t m1, size_t n0, size_t n1);
+void pack_panels_avx2(const float* b, size_t ldb, bool b_is_kn, size_t N, size_t K, size_t n0, size_t n1,
+                      float* panels);
+void gemm_direct_avx2(size_t M, size_t N, size_t K, float alpha, const float* A, size_t lda, const float* B,
+                      size_t ldb, bool b_is_kn, float* C, size_t ldc, size_t n0, size_t n1);
+void gemm_region_ref(const GemmCall& call, size_t m0, size_t m1, size_t n0, size_t n1);
+void pack_panels_ref(const float* b, size_t ldb, bool b_is_kn, size_t N, size_t K, size_t n0, size_t n1,
+                     float* panels);
+void gemm_direct_ref(size_t M, size_t N, size_t K, float alpha, const float* A, size_t lda, const float* B,
                      size_t ldb, bool b_is_kn, float* C, size_t ldc, size_t n0, size_t n1);
-
-// pack_panels_*: writes panels [n0/nr, ceil(n1/nr)) of B (layout nk: [N, K]; kn: [K, N]) into `panels`
-// (the full ceil(N/nr)·K·nr array), zero-padding columns ≥ N.
-// gemm_direct_*: C[:, n0:n1] = alpha·A·op(B) for small M without packing.
 
 // oneDNN backend (gemm_onednn.cpp).
 struct OnednnWeights;

@@ -16,6 +16,7 @@
 // Preconditions are asserted, never thrown: kernels never allocate.
 #pragma once
 
+#include "ops/activation/activation_simd.h"
 #include "ops/gemm/gemm_kernels.h"
 
 #include <xsimd/xsimd.hpp>
@@ -50,17 +51,14 @@ void store_n(float* p, Vec<Arch> v, size_t count) {
     PartialIo<Arch>::store(p, v, count);
 }
 
+// The activations are ops/activation's own batch functions: the fused epilogue and the standalone op run the
+// same code.
 template <class Arch>
 Vec<Arch> activate(Vec<Arch> v, Activation activation) {
-  using V = Vec<Arch>;
   switch (activation) {
     case Activation::none: return v;
-    case Activation::gelu_tanh: {
-      const V c(0.7978845608028654f), k(0.044715f), half(0.5f), one(1.0f);
-      const V inner = c * xsimd::fma(k * v, v * v, v);
-      return half * v * (one + xsimd::tanh(inner));
-    }
-    case Activation::silu: return v / (V(1.0f) + xsimd::exp(-v));
+    case Activation::gelu_tanh: return activation_simd::gelu_tanh_batch<Arch>(v);
+    case Activation::silu: return activation_simd::silu_batch<Arch>(v);
   }
   return v;
 }
@@ -79,7 +77,7 @@ Vec<Arch> apply_epilogue(Vec<Arch> v, const GemmCall& call, size_t m, size_t n, 
 
 // Writes a finished tile (accumulators spilled to `tile` [rows][NR]) to C: adds the partial sums already in C when
 // `accumulate`, applies alpha and the epilogue when `last`, masks the columns past n. Kept out of line so the
-// epilogue's register pressure (exp/tanh) never makes the compiler spill the microkernel's accumulators.
+// epilogue's register pressure (exp) never makes the compiler spill the microkernel's accumulators.
 template <class Arch, int NV>
 __attribute__((noinline)) void store_tile(const float* tile, size_t rows, float* c, size_t ldc, size_t n,
                                           bool accumulate, const GemmCall* last, size_t m_global, size_t n_global) {

@@ -1,5 +1,7 @@
-// LayerNorm / RMSNorm: argument checks, row split over threads, dispatch on Isa.
+// LayerNorm / RMSNorm: argument checks, row split over threads, dispatch through the kernel table (defined here).
 #include "ops/norm/norm.h"
+
+#include "ops/norm/norm_kernels.h"
 
 #include "ops/base/threading.h"
 
@@ -40,33 +42,36 @@ void for_row_ranges(size_t n_rows, int n_threads, F fn) {
 
 }  // namespace
 
+std::span<const KernelEntry<NormKernels>> norm_kernels() {
+  static constexpr KernelEntry<NormKernels> table[] = {
+      {Isa::avx512, "norm_rows_avx512", {layer_norm_rows_avx512, rms_norm_rows_avx512}},
+      {Isa::avx2, "norm_rows_avx2", {layer_norm_rows_avx2, rms_norm_rows_avx2}},
+      {Isa::ref, "norm_ref_f64", {layer_norm_ref, rms_norm_ref}},
+  };
+  return table;
+}
+
 void layer_norm(Isa isa, const float* src, size_t n_rows, size_t d, size_t ld_src, const float* weight,
                 const float* bias, float eps, float* dst, size_t ld_dst, int n_threads) {
+  const NormKernels& kernels = select_kernel(norm_kernels(), isa).kernels;
   check_rows("layer_norm", src, n_rows, d, ld_src, weight, eps, dst, ld_dst);
   for_row_ranges(n_rows, n_threads, [&](size_t begin, size_t end) {
     const float* s = src + begin * ld_src;
     float* o = dst + begin * ld_dst;
     const size_t rows = end - begin;
-    switch (isa) {
-      case Isa::avx512: layer_norm_rows_avx512(s, rows, d, ld_src, weight, bias, eps, o, ld_dst); break;
-      case Isa::avx2: layer_norm_rows_avx2(s, rows, d, ld_src, weight, bias, eps, o, ld_dst); break;
-      case Isa::ref: layer_norm_ref(s, rows, d, ld_src, weight, bias, eps, o, ld_dst); break;
-    }
+    kernels.layer_norm_rows(s, rows, d, ld_src, weight, bias, eps, o, ld_dst);
   });
 }
 
 void rms_norm(Isa isa, const float* src, size_t n_rows, size_t d, size_t ld_src, const float* weight, float eps,
               float* dst, size_t ld_dst, int n_threads) {
+  const NormKernels& kernels = select_kernel(norm_kernels(), isa).kernels;
   check_rows("rms_norm", src, n_rows, d, ld_src, weight, eps, dst, ld_dst);
   for_row_ranges(n_rows, n_threads, [&](size_t begin, size_t end) {
     const float* s = src + begin * ld_src;
     float* o = dst + begin * ld_dst;
     const size_t rows = end - begin;
-    switch (isa) {
-      case Isa::avx512: rms_norm_rows_avx512(s, rows, d, ld_src, weight, eps, o, ld_dst); break;
-      case Isa::avx2: rms_norm_rows_avx2(s, rows, d, ld_src, weight, eps, o, ld_dst); break;
-      case Isa::ref: rms_norm_ref(s, rows, d, ld_src, weight, eps, o, ld_dst); break;
-    }
+    kernels.rms_norm_rows(s, rows, d, ld_src, weight, eps, o, ld_dst);
   });
 }
 

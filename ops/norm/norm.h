@@ -30,14 +30,6 @@ void layer_norm_ref(const float* src, size_t n_rows, size_t d, size_t ld_src, co
 void rms_norm_ref(const float* src, size_t n_rows, size_t d, size_t ld_src, const float* weight, float eps,
                   float* dst, size_t ld_dst);
 
-// Per-ISA row kernels (ops/norm/norm_<isa>.cpp): rows [0, n_rows), no checks, no threads.
-void layer_norm_rows_avx2(const float* src, size_t n_rows, size_t d, size_t ld_src, const float* weight,
-                          const float* bias, float eps, float* dst, size_t ld_dst);
-void layer_norm_rows_avx512(const float* src, size_t n_rows, size_t d, size_t ld_src, const float* weight,
-                            const float* bias, float eps, float* dst, size_t ld_dst);
-void rms_norm_rows_avx2(const float* src, size_t n_rows, size_t d, size_t ld_src, const float* weight, float eps,
-                        float* dst, size_t ld_dst);
-void rms_norm_rows_avx512(const float* src, size_t n_rows, size_t d, size_t ld_src, const float* weight, float eps,
-                          float* dst, size_t ld_dst);
+// The per-ISA row kernels and their table: norm_kernels.h.
 
 }  // namespace sqrtdk::ops

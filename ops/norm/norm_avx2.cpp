@@ -1,5 +1,5 @@
 // LayerNorm / RMSNorm kernels for avx2: instantiations of ops/norm/norm_simd.h with xsimd::fma3<xsimd::avx2>.
-#include "ops/norm/norm.h"
+#include "ops/norm/norm_kernels.h"
 #include "ops/norm/norm_simd.h"
 
 namespace sqrtdk::ops {

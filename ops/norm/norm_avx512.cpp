@@ -1,5 +1,5 @@
 // LayerNorm / RMSNorm kernels for avx512: instantiations of ops/norm/norm_simd.h with xsimd::avx512bw.
-#include "ops/norm/norm.h"
+#include "ops/norm/norm_kernels.h"
 #include "ops/norm/norm_simd.h"
 
 namespace sqrtdk::ops {

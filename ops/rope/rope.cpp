@@ -1,11 +1,22 @@
-// RoPE: argument checks and dispatch on Isa.
+// RoPE: argument checks and dispatch through the kernel table (defined here).
 #include "ops/rope/rope.h"
+
+#include "ops/rope/rope_kernels.h"
 
 #include <sqrtdk/error.h>
 
 #include <string>
 
 namespace sqrtdk::ops {
+
+std::span<const KernelEntry<RopeKernels>> rope_kernels() {
+  static constexpr KernelEntry<RopeKernels> table[] = {
+      {Isa::avx512, "rope_avx512", {rope_avx512}},
+      {Isa::avx2, "rope_avx2", {rope_avx2}},
+      {Isa::ref, "rope_ref_f64", {rope_ref}},
+  };
+  return table;
+}
 
 void rope(Isa isa, const RopeTable& table, RopeLayout layout, float* x, size_t n_tokens, size_t ld, size_t n_heads,
           size_t head_dim, size_t pos0) {
@@ -19,11 +30,7 @@ void rope(Isa isa, const RopeTable& table, RopeLayout layout, float* x, size_t n
   if (ld < n_heads * head_dim)
     throw Error("rope: ld " + std::to_string(ld) + " < n_heads * head_dim = " + std::to_string(n_heads * head_dim));
   if (n_tokens > 0 && x == nullptr) throw Error("rope: x is null");
-  switch (isa) {
-    case Isa::avx512: rope_avx512(table, layout, x, n_tokens, ld, n_heads, head_dim, pos0); break;
-    case Isa::avx2: rope_avx2(table, layout, x, n_tokens, ld, n_heads, head_dim, pos0); break;
-    case Isa::ref: rope_ref(table, layout, x, n_tokens, ld, n_heads, head_dim, pos0); break;
-  }
+  select_kernel(rope_kernels(), isa).kernels.rope(table, layout, x, n_tokens, ld, n_heads, head_dim, pos0);
 }
 
 }  // namespace sqrtdk::ops

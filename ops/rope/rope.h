@@ -57,10 +57,6 @@ void rope(Isa isa, const RopeTable& table, RopeLayout layout, float* x, size_t n
 void rope_ref(const RopeTable& table, RopeLayout layout, float* x, size_t n_tokens, size_t ld, size_t n_heads,
               size_t head_dim, size_t pos0);
 
-// Per-ISA kernels (ops/rope/rope_<isa>.cpp): no checks.
-void rope_avx2(const RopeTable& table, RopeLayout layout, float* x, size_t n_tokens, size_t ld, size_t n_heads,
-               size_t head_dim, size_t pos0);
-void rope_avx512(const RopeTable& table, RopeLayout layout, float* x, size_t n_tokens, size_t ld, size_t n_heads,
-                 size_t head_dim, size_t pos0);
+// The per-ISA kernels and their table: rope_kernels.h.
 
 }  // namespace sqrtdk::ops

@@ -1,5 +1,5 @@
 // RoPE kernels for avx2: instantiation of ops/rope/rope_simd.h with xsimd::fma3<xsimd::avx2>.
-#include "ops/rope/rope.h"
+#include "ops/rope/rope_kernels.h"
 #include "ops/rope/rope_simd.h"
 
 namespace sqrtdk::ops {

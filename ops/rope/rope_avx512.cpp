@@ -6,7 +6,7 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 
-#include "ops/rope/rope.h"
+#include "ops/rope/rope_kernels.h"
 #include "ops/rope/rope_simd.h"
 
 namespace sqrtdk::ops {

@@ -1,6 +1,8 @@
-// Softmax dispatch (per ISA) and argument checks at the op boundary; the scalar reference (the spec) is in
-// softmax_ref.cpp, the SIMD kernels in softmax_simd.h.
+// Softmax: argument checks at the op boundary and dispatch through the kernel table (defined here); the scalar
+// reference (the spec) is in softmax_ref.cpp, the SIMD kernels in softmax_simd.h.
 #include "ops/softmax/softmax.h"
+
+#include "ops/softmax/softmax_kernels.h"
 
 #include "ops/base/threading.h"
 
@@ -11,24 +13,21 @@
 
 namespace sqrtdk::ops {
 
-namespace {
-
-void softmax_rows_isa(Isa isa, size_t n_rows, size_t n_cols, const float* src, size_t ld_src, float* dst,
-                      size_t ld_dst, float scale, const SoftmaxMask& mask) {
-  switch (isa) {
-    case Isa::avx512: softmax_rows_avx512(n_rows, n_cols, src, ld_src, dst, ld_dst, scale, mask); return;
-    case Isa::avx2: softmax_rows_avx2(n_rows, n_cols, src, ld_src, dst, ld_dst, scale, mask); return;
-    case Isa::ref: softmax_rows_ref(n_rows, n_cols, src, ld_src, dst, ld_dst, scale, mask); return;
-  }
+std::span<const KernelEntry<SoftmaxKernels>> softmax_kernels() {
+  static constexpr KernelEntry<SoftmaxKernels> table[] = {
+      {Isa::avx512, "softmax_avx512_rr2_p5", {softmax_rows_avx512, exp_rr2_p5_avx512, online_softmax_update_avx512}},
+      {Isa::avx2, "softmax_avx2_rr2_p5", {softmax_rows_avx2, exp_rr2_p5_avx2, online_softmax_update_avx2}},
+      {Isa::ref, "softmax_ref_f64", {softmax_rows_ref, exp_ref, online_softmax_update_ref}},
+  };
+  return table;
 }
-
-}  // namespace
 
 void softmax_rows(Isa isa, size_t n_rows, size_t n_cols, const float* src, size_t ld_src, float* dst, size_t ld_dst,
                   float scale, const SoftmaxMask& mask, int n_threads) {
   const std::string shape = "softmax_rows(n_rows=" + std::to_string(n_rows) + ", n_cols=" + std::to_string(n_cols) +
                             ", ld_src=" + std::to_string(ld_src) + ", ld_dst=" + std::to_string(ld_dst) + ")";
-  if (!cpu_supports(isa)) throw Error(shape + ": ISA " + isa_name(isa) + " is not supported by this CPU");
+  if (!cpu_supports(isa))
+    throw Error(ErrorKind::unsupported, shape + ": ISA " + isa_name(isa) + " is not supported by this CPU");
   if (n_rows == 0 || n_cols == 0) return;
   if (src == nullptr || dst == nullptr) throw Error(shape + ": src and dst must not be null");
   if (ld_src < n_cols || ld_dst < n_cols) throw Error(shape + ": ld_src and ld_dst must be >= n_cols");
@@ -40,8 +39,9 @@ void softmax_rows(Isa isa, size_t n_rows, size_t n_cols, const float* src, size_
   // changes the results.
   const size_t by_work = n_rows * n_cols < (size_t{1} << 16) ? 1 : static_cast<size_t>(resolve_threads(n_threads));
   const int threads = static_cast<int>(std::min(by_work, n_rows));
+  const SoftmaxKernels& kernels = select_kernel(softmax_kernels(), isa).kernels;
   if (threads <= 1) {
-    softmax_rows_isa(isa, n_rows, n_cols, src, ld_src, dst, ld_dst, scale, mask);
+    kernels.rows(n_rows, n_cols, src, ld_src, dst, ld_dst, scale, mask);
     return;
   }
 #pragma omp parallel num_threads(threads)
@@ -50,48 +50,24 @@ void softmax_rows(Isa isa, size_t n_rows, size_t n_cols, const float* src, size_
     SoftmaxMask m = mask;
     if (m.additive) m.additive += r.begin * m.ld;
     m.pos0 += r.begin;  // row r.begin + i keeps columns 0 .. pos0 + r.begin + i
-    softmax_rows_isa(isa, r.end - r.begin, n_cols, src + r.begin * ld_src, ld_src, dst + r.begin * ld_dst, ld_dst,
-                     scale, m);
+    kernels.rows(r.end - r.begin, n_cols, src + r.begin * ld_src, ld_src, dst + r.begin * ld_dst, ld_dst, scale, m);
   }
 }
 
 void exp_rr2_p5(Isa isa, const float* src, float* dst, size_t n) {
-  if (!cpu_supports(isa)) throw Error(std::string("exp_rr2_p5: ISA ") + isa_name(isa) + " is not supported");
+  if (!cpu_supports(isa))
+    throw Error(ErrorKind::unsupported, std::string("exp_rr2_p5: ISA ") + isa_name(isa) + " is not supported");
   if (n == 0) return;
   if (src == nullptr || dst == nullptr) throw Error("exp_rr2_p5: src and dst must not be null");
-  switch (isa) {
-    case Isa::avx512: exp_rr2_p5_avx512(src, dst, n); return;
-    case Isa::avx2: exp_rr2_p5_avx2(src, dst, n); return;
-    case Isa::ref:
-      for (size_t i = 0; i < n; ++i) dst[i] = static_cast<float>(std::exp(static_cast<double>(src[i])));
-      return;
-  }
+  select_kernel(softmax_kernels(), isa).kernels.exp(src, dst, n);
 }
 
 float online_softmax_update(Isa isa, OnlineSoftmaxState& state, float* scores, size_t n) {
-  if (!cpu_supports(isa)) throw Error(std::string("online_softmax_update: ISA ") + isa_name(isa) + " is not supported");
+  if (!cpu_supports(isa))
+    throw Error(ErrorKind::unsupported,
+                std::string("online_softmax_update: ISA ") + isa_name(isa) + " is not supported");
   if (n > 0 && scores == nullptr) throw Error("online_softmax_update: scores must not be null");
-  switch (isa) {
-    case Isa::avx512: return online_softmax_update_avx512(state, scores, n);
-    case Isa::avx2: return online_softmax_update_avx2(state, scores, n);
-    case Isa::ref: break;
-  }
-  const float inf = std::numeric_limits<float>::infinity();
-  float new_max = state.max;
-  for (size_t i = 0; i < n; ++i) new_max = scores[i] > new_max ? scores[i] : new_max;
-  if (new_max == -inf) {
-    for (size_t i = 0; i < n; ++i) scores[i] = 0.0f;
-    return 1.0f;
-  }
-  double sum = 0.0;
-  for (size_t i = 0; i < n; ++i) {
-    scores[i] = static_cast<float>(std::exp(static_cast<double>(scores[i]) - new_max));
-    sum += scores[i];
-  }
-  const float factor = state.max == -inf ? 0.0f : std::exp(state.max - new_max);
-  state.sum = static_cast<float>(state.sum * static_cast<double>(factor) + sum);
-  state.max = new_max;
-  return factor;
+  return select_kernel(softmax_kernels(), isa).kernels.online_update(state, scores, n);
 }
 
 OnlineSoftmaxState online_softmax_merge(const OnlineSoftmaxState& a, const OnlineSoftmaxState& b, float& factor_a,

@@ -36,14 +36,8 @@ void softmax_rows_ref(size_t n_rows, size_t n_cols, const float* src, size_t ld_
                       float scale = 1.0f, const SoftmaxMask& mask = {});
 
 // ---- exp_rr2_p5: the vectorized exp ----
-// Algorithm (XNNPACK naming): range reduction in 2 steps (Cody-Waite: x = n*ln2 + t, ln2 split into a hi part
-// with 8 trailing zero bits and a lo part, |t| <= ln2/2), a degree-5 minimax polynomial for exp(t), then
-// scaling by 2^n (avx512: vscalefps; avx2: two exponent-field multiplies so subnormal results round once).
-// Max error kExpRr2P5MaxUlp = 2 ulp (vs exp in double, rounded results subnormal included). Measured 2026-11-30:
-// every one of the 2^32 floats (bench-softmax --exp-ulp): avx2 1.981 ulp at x = -2.937; avx512 same algorithm
-// (vscalefps instead of the two multiplies); the tests' stride-61 sweep finds 1.965 ulp for both. exp(x) = +inf for x > 88.7228, 0 for x < -103.973 (subnormals in between are kept),
-// exp(-inf) = 0, exp(+inf) = +inf, NaN -> NaN. The bound is for the release build (-O3); the -O2 sanitizer builds
-// measured 2.198 ulp for avx512 (the compiler orders the polynomial differently).
+// The ops layer's one vector exp (ops/base/vec_exp.h: algorithm, range and measured error) over an array; Isa::ref
+// is std::exp in double, rounded once. kExpRr2P5MaxUlp: the contract's bound, in ulp of the result.
 inline constexpr double kExpRr2P5MaxUlp = 2.0;
 void exp_rr2_p5(Isa isa, const float* src, float* dst, size_t n);
 
@@ -66,14 +60,6 @@ float online_softmax_update(Isa isa, OnlineSoftmaxState& state, float* scores, s
 OnlineSoftmaxState online_softmax_merge(const OnlineSoftmaxState& a, const OnlineSoftmaxState& b, float& factor_a,
                                         float& factor_b);
 
-// Per-ISA entry points (no argument checks; used by the dispatch above and by benchmarks).
-void softmax_rows_avx512(size_t n_rows, size_t n_cols, const float* src, size_t ld_src, float* dst, size_t ld_dst,
-                         float scale, const SoftmaxMask& mask);
-void softmax_rows_avx2(size_t n_rows, size_t n_cols, const float* src, size_t ld_src, float* dst, size_t ld_dst,
-                       float scale, const SoftmaxMask& mask);
-void exp_rr2_p5_avx512(const float* src, float* dst, size_t n);
-void exp_rr2_p5_avx2(const float* src, float* dst, size_t n);
-float online_softmax_update_avx512(OnlineSoftmaxState& state, float* scores, size_t n);
-float online_softmax_update_avx2(OnlineSoftmaxState& state, float* scores, size_t n);
+// The per-ISA kernels and their table: softmax_kernels.h.
 
 }  // namespace sqrtdk::ops

@@ -1,4 +1,5 @@
 // Softmax kernels for avx2: explicit instances of the templates in softmax_simd.h on xsimd::fma3<xsimd::avx2>.
+#include "ops/softmax/softmax_kernels.h"
 #include "ops/softmax/softmax_simd.h"
 
 namespace sqrtdk::ops {

@@ -1,5 +1,6 @@
-// softmax_rows_ref: the specification of softmax_rows. Plain loops, double accumulation.
+// The specification of softmax_rows, exp_rr2_p5 and online_softmax_update: plain loops, double accumulation.
 #include "ops/softmax/softmax.h"
+#include "ops/softmax/softmax_kernels.h"
 
 #include <algorithm>
 #include <cmath>
@@ -34,6 +35,29 @@ void softmax_rows_ref(size_t n_rows, size_t n_cols, const float* src, size_t ld_
     }
     for (size_t j = n_valid; j < n_cols; ++j) y[j] = 0.0f;
   }
+}
+
+void exp_ref(const float* src, float* dst, size_t n) {
+  for (size_t i = 0; i < n; ++i) dst[i] = static_cast<float>(std::exp(static_cast<double>(src[i])));
+}
+
+float online_softmax_update_ref(OnlineSoftmaxState& state, float* scores, size_t n) {
+  const float inf = std::numeric_limits<float>::infinity();
+  float new_max = state.max;
+  for (size_t i = 0; i < n; ++i) new_max = scores[i] > new_max ? scores[i] : new_max;
+  if (new_max == -inf) {
+    for (size_t i = 0; i < n; ++i) scores[i] = 0.0f;
+    return 1.0f;
+  }
+  double sum = 0.0;
+  for (size_t i = 0; i < n; ++i) {
+    scores[i] = static_cast<float>(std::exp(static_cast<double>(scores[i]) - new_max));
+    sum += scores[i];
+  }
+  const float factor = state.max == -inf ? 0.0f : std::exp(state.max - new_max);
+  state.sum = static_cast<float>(state.sum * static_cast<double>(factor) + sum);
+  state.max = new_max;
+  return factor;
 }
 
 }  // namespace sqrtdk::ops

@@ -3,7 +3,7 @@
 // include this header too). Everything here is a template on Arch (ODR safety across TUs with different -m flags).
 //
 //   load_partial / store_partial  first n < W lanes (masked load/store, never touching memory past n)
-//   exp_rr2_p5                   vectorized exp (contract in softmax.h)
+//   exp_array                    exp_rr2_p5 (ops/base/vec_exp.h) over an array
 //   softmax_row                  one row: max, exp + sum, normalize (scale, additive mask, valid length fused)
 //   online_softmax_block         fold a block of one row into an OnlineSoftmaxState (decode chunks)
 //   online_softmax_columns       the same for many rows at once, vectorized over rows (fused prefill tiles)
@@ -11,19 +11,7 @@
 
 #include "ops/softmax/softmax.h"
 
-// GCC 12.2 warns "__Y may be used uninitialized" inside its own AVX-512 intrinsic headers (_mm512_undefined_ps,
-// GCC PR 105593, fixed in 12.3). The warning takes the pragma state at the header's location, so silence it here,
-// around the first inclusion of the intrinsic headers.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-#include <immintrin.h>
-#include <xsimd/xsimd.hpp>
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
+#include "ops/base/vec_exp.h"
 
 #include <algorithm>
 #include <cassert>
@@ -35,8 +23,8 @@
 
 namespace sqrtdk::ops::simd {
 
-template <class Arch>
-inline constexpr bool kIsAvx512 = std::is_base_of_v<xsimd::avx512f, Arch>;
+using vec::exp_rr2_p5;
+using vec::kIsAvx512;
 
 template <class Arch>
 using Batch = xsimd::batch<float, Arch>;
@@ -72,39 +60,6 @@ inline float reduce_max(Batch<Arch> v) {
   float m = lanes[0];
   for (size_t i = 1; i < Batch<Arch>::size; ++i) m = lanes[i] > m ? lanes[i] : m;
   return m;
-}
-
-// exp_rr2_p5 (contract in softmax.h).
-template <class Arch>
-inline Batch<Arch> exp_rr2_p5(Batch<Arch> x) {
-  using B = Batch<Arch>;
-  // Clamp so n stays in [-150, 129] (both scale halves normal, t accurate; exp(-inf) = 0). x86 max/min return
-  // their second operand when either is NaN, and xsimd::max(a, b) is vmaxps(a, b): x second keeps NaN.
-  const B xc = xsimd::min(B(89.0f), xsimd::max(B(-104.0f), x));
-  const B n = xsimd::nearbyint(xc * B(0x1.715476p+0f));
-  // t = x - n*ln2 in two steps: ln2_hi has 8 trailing zero bits, so n*ln2_hi is exact for |n| <= 2^8.
-  B t = xsimd::fnma(n, B(0x1.62E400p-1f), xc);
-  t = xsimd::fnma(n, B(0x1.7F7D1Cp-20f), t);
-  // exp(t) ~ 1 + t*(c1 + t*(c2 + t*(c3 + t*(c4 + t*c5)))) on [-ln2/2, ln2/2] (minimax coefficients of XNNPACK's
-  // f32 rr2_p5 kernels).
-  B p = xsimd::fma(B(0x1.0F9F9Cp-7f), t, B(0x1.573A1Ap-5f));
-  p = xsimd::fma(p, t, B(0x1.555A80p-3f));
-  p = xsimd::fma(p, t, B(0x1.FFFDC6p-2f));
-  p = xsimd::fma(p, t, B(0x1.FFFFF6p-1f));
-  p = xsimd::fma(p, t, B(1.0f));
-  if constexpr (kIsAvx512<Arch>) {
-    return B(_mm512_scalef_ps(p, n));  // p * 2^n, subnormal results rounded once, overflow to inf
-  } else {
-    // 2^n as two normal powers of two (n1 = floor(n/2), n2 = n - n1, both in [-75, 65]) so that a subnormal
-    // result is rounded once, in the last multiply.
-    const __m256i ni = _mm256_cvtps_epi32(n);
-    const __m256i n1 = _mm256_srai_epi32(ni, 1);
-    const __m256i n2 = _mm256_sub_epi32(ni, n1);
-    const __m256i bias = _mm256_set1_epi32(127);
-    const __m256 s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n1, bias), 23));
-    const __m256 s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n2, bias), 23));
-    return B(_mm256_mul_ps(_mm256_mul_ps(p, s1), s2));
-  }
 }
 
 template <class Arch>

@@ -4,6 +4,8 @@
 // Figures are measured in the same run as the comparisons they anchor (DEVELOPERS.md: ratios measured in one run).
 #pragma once
 
+#include "ops/base/kernel_table.h"
+
 #include <sqrtdk/isa.h>
 
 #include <nlohmann/json.hpp>
@@ -11,6 +13,7 @@
 #include <chrono>
 #include <cstddef>
 #include <functional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -43,6 +46,21 @@ double median(std::vector<double> v);
 double measure_fma_peak_gflops(Isa isa, int n_threads, bool smoke = false);
 // DRAM read bandwidth in GB/s with `n_threads` threads (sums a 1 GiB array; 64 MiB with smoke).
 double measure_read_bandwidth_gbs(int n_threads, bool smoke = false);
+
+// One entry of an op's kernel table, as a benchmark case: the ISA to pass to the op and the kernel's name to report.
+struct KernelCase {
+  Isa isa;
+  const char* name;
+};
+// The entries of an op's table (ops/<op>/<op>_kernels.h) this CPU runs, reference first: benchmarks quote speedups
+// against it, so it is timed before the kernels compared with it.
+template <class Kernels>
+std::vector<KernelCase> kernel_cases(std::span<const ops::KernelEntry<Kernels>> table) {
+  std::vector<KernelCase> out;
+  for (auto it = table.rbegin(); it != table.rend(); ++it)
+    if (cpu_supports(it->isa)) out.push_back({it->isa, it->name});
+  return out;
+}
 
 // A simple fixed-width text table.
 class Table {

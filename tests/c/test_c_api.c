@@ -1,13 +1,42 @@
 /* The C API, exercised from C (compiled as C11): load, config, sessions, prefill/decode, generate, sampling,
- * and the error paths (bad file, NULLs, out-of-range ids, full context), each leaving handles usable.
- * Usage: test_c_api MODEL.sqdk. Prints "N passed, M failed" and exits non-zero on any failure. */
+ * and the error paths (missing, corrupt and truncated files, NULLs, out-of-range ids, full context), each leaving
+ * handles usable. Usage: test_c_api MODEL.sqdk. Prints "N passed, M failed" and exits non-zero on any failure. */
+#define _POSIX_C_SOURCE 200809L /* mkstemp, fdopen, close, unlink */
+
 #include <sqrtdk/sqrtdk.h>
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static int passed = 0, failed = 0;
+
+/* Writes the first n bytes of src (all of it if src is shorter), or n bytes of 'x' if src is NULL, to a new
+ * temporary file; its path goes to path[64]. Returns 0 on success. */
+static int write_temp(const char* src, size_t n, char path[64]) {
+  strcpy(path, "/tmp/sqrtdk-c-api-XXXXXX");
+  const int fd = mkstemp(path);
+  if (fd < 0) return -1;
+  FILE* out = fdopen(fd, "wb");
+  if (!out) {
+    close(fd);
+    return -1;
+  }
+  FILE* in = src ? fopen(src, "rb") : NULL;
+  if (src && !in) {
+    fclose(out);
+    return -1;
+  }
+  for (size_t i = 0; i < n; ++i) {
+    int c = 'x';
+    if (in && (c = fgetc(in)) == EOF) break;
+    fputc(c, out);
+  }
+  if (in) fclose(in);
+  return fclose(out) == 0 ? 0 : -1;
+}
 #define CHECK(cond)                                                  \
   do {                                                               \
     if (cond) {                                                      \
@@ -31,6 +60,16 @@ int main(int argc, char** argv) {
   CHECK(model == NULL);
   CHECK(strstr(err, "/nonexistent/model.sqdk") != NULL);
   CHECK(sqrtdk_model_load(NULL, 1, &model, err, sizeof err) == SQRTDK_ERR_INVALID_ARGUMENT);
+  /* A file that is not a model, and the real model cut short: both BAD_FILE, with a message naming the file. */
+  char tmp[64];
+  CHECK(write_temp(NULL, 300, tmp) == 0);
+  CHECK(sqrtdk_model_load(tmp, 1, &model, err, sizeof err) == SQRTDK_ERR_BAD_FILE);
+  CHECK(model == NULL && strstr(err, tmp) != NULL && strstr(err, "bad magic") != NULL);
+  unlink(tmp);
+  CHECK(write_temp(argv[1], 1000, tmp) == 0);
+  CHECK(sqrtdk_model_load(tmp, 1, &model, err, sizeof err) == SQRTDK_ERR_BAD_FILE);
+  CHECK(model == NULL && strstr(err, "truncated") != NULL);
+  unlink(tmp);
 
   CHECK(sqrtdk_model_load(argv[1], 1, &model, err, sizeof err) == SQRTDK_OK);
   if (!model) {
@@ -101,6 +140,9 @@ int main(int argc, char** argv) {
   sqrtdk_session_free(NULL);
   sqrtdk_model_free(NULL);
   CHECK(strcmp(sqrtdk_status_string(SQRTDK_ERR_BAD_FILE), "bad model file") == 0);
+  CHECK(strcmp(sqrtdk_status_string(SQRTDK_ERR_OUT_OF_MEMORY), "out of memory") == 0);
+  CHECK(strcmp(sqrtdk_status_string(SQRTDK_ERR_UNSUPPORTED), "unsupported") == 0);
+  CHECK(SQRTDK_ERR_UNSUPPORTED == 6); /* statuses are appended, never renumbered */
 
   printf("%d passed, %d failed\n", passed, failed);
   return failed == 0 ? 0 : 1;

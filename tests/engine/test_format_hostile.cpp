@@ -69,6 +69,7 @@ TEST_CASE("format hostile: truncation at every header/directory byte and sampled
       } catch (const Error& e) {
         ++n_errors;
         REQUIRE(std::string(e.what()).find(path) != std::string::npos);
+        REQUIRE(e.kind() == ErrorKind::bad_file);
       }
     }
     CHECK(n_errors == static_cast<int>(cuts.size()));
@@ -113,7 +114,8 @@ TEST_CASE("format hostile: single-bit flips give an error or an identical load")
         REQUIRE(bit / 8 >= dir_end);  // header and directory flips never load
         const Snapshot s = snapshot(*wf);
         REQUIRE(s.tensors == original.tensors);  // only padding changed
-      } catch (const Error&) {
+      } catch (const Error& e) {
+        REQUIRE(e.kind() == ErrorKind::bad_file);
         ++n_errors;
       }
     }
@@ -141,6 +143,7 @@ TEST_CASE("format hostile: random garbage and random byte runs never crash the l
       WeightFile::open(path);
     } catch (const Error& e) {
       REQUIRE(std::string(e.what()).find('\n') == std::string::npos);
+      REQUIRE(e.kind() == ErrorKind::bad_file);
     }
   }
 }

@@ -179,17 +179,21 @@ inline void reseal(std::vector<unsigned char>& b) {
   put<uint32_t>(b, 104, crc32(&b[128], dir_size, crc32(b.data(), 104)));
 }
 
-// Loads `path` and checks that it throws sqrtdk::Error whose message names the file and contains every part.
+// Loads `path` and checks that it throws sqrtdk::Error of kind bad_file whose message names the file and contains
+// every part.
 inline void expect_load_error(const std::string& path, std::initializer_list<std::string> parts,
                               const LoadOptions& options = {}) {
   std::string message;
+  ErrorKind kind = ErrorKind::internal;
   try {
     WeightFile::open(path, options);
   } catch (const Error& e) {
     message = e.what();
+    kind = e.kind();
   }
   INFO("message: " << message);
   REQUIRE_MESSAGE(!message.empty(), "loading " << path << " did not throw");
+  CHECK_MESSAGE(kind == ErrorKind::bad_file, "kind " << error_kind_name(kind));
   CHECK(message.find(path) != std::string::npos);
   CHECK(message.find('\n') == std::string::npos);  // one line
   for (const auto& p : parts) CHECK_MESSAGE(message.find(p) != std::string::npos, "missing '" << p << "'");

@@ -222,6 +222,8 @@ TEST_CASE("hostile: an allocation that fails is a clear Error and the process li
   c.max_seq = 1u << 22;  // 2 layers × 2 kv heads × 4 Mi positions × 16 × 4 bytes × (K, V) = 2 GiB
   test::write_toy_model(path, c, 3);
   auto model = Model::load(path);  // loading is small: only the cache is big
+  sqrtdk_model* c_model = nullptr;  // the same through the C API: its status must say out of memory
+  REQUIRE(sqrtdk_model_load(path.c_str(), 1, &c_model, nullptr, 0) == SQRTDK_OK);
 
   const pid_t pid = fork();
   REQUIRE(pid >= 0);
@@ -249,9 +251,13 @@ TEST_CASE("hostile: an allocation that fails is a clear Error and the process li
       if (what.find("KV cache") == std::string::npos || what.find("max_context 4194304") == std::string::npos ||
           what.find("out of memory") == std::string::npos)
         _exit(12);
+      if (e.kind() != ErrorKind::out_of_memory) _exit(16);
     } catch (...) {
       _exit(13);  // anything but sqrtdk::Error (e.g. std::bad_alloc) breaks the contract
     }
+    sqrtdk_session* c_session = nullptr;
+    if (sqrtdk_session_create(c_model, 0, 1, &c_session, nullptr, 0) != SQRTDK_ERR_OUT_OF_MEMORY || c_session)
+      _exit(17);
     try {
       SessionOptions small;
       small.max_context = 64;
@@ -266,9 +272,12 @@ TEST_CASE("hostile: an allocation that fails is a clear Error and the process li
     }
     _exit(0);
   }
+  sqrtdk_model_free(c_model);
   int status = 0;
   REQUIRE(waitpid(pid, &status, 0) == pid);
   REQUIRE(WIFEXITED(status));
-  CHECK(WEXITSTATUS(status) == 0);  // 11: allocated anyway; 12: unclear message; 13: not an Error; 14/15: unusable
+  // 11: allocated anyway; 12: unclear message; 13: not an Error; 14/15: unusable; 16: kind not out_of_memory;
+  // 17: the C API's status not SQRTDK_ERR_OUT_OF_MEMORY
+  CHECK(WEXITSTATUS(status) == 0);
 }
 #endif

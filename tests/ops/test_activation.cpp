@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include "ops/activation/activation.h"
+#include "ops/activation/activation_kernels.h"
 
 #include <sqrtdk/error.h>
 #include <sqrtdk/isa.h>
@@ -12,6 +13,7 @@
 #include <cstdio>
 #include <limits>
 #include <random>
+#include <string>
 #include <vector>
 
 using namespace sqrtdk;
@@ -23,13 +25,16 @@ const size_t kLengths[] = {1, 7, 8, 9, 15, 16, 17, 31, 33, 64, 768, 1000};
 // Tolerance: |simd - ref| <= kActRelTol * |ref| + kActAbsTol.
 // The SIMD path forms exp's argument a = -2 sqrt(2/pi) x (1 + 0.044715 x^2) in float (2-3 roundings), and
 // e^a turns an absolute argument error into a relative result error: up to ~3 * 2^-24 * |a|, i.e. 1.6e-5 as |a|
-// nears 88 (exp's overflow), where gelu's result is below 1e-30. exp_cephes itself is ~1 ulp. clang and g++
-// contract the FMAs differently, so the bound is set for the worst case, not for one compiler's rounding.
+// nears 88 (exp's overflow), where gelu's result is below 1e-30. exp_rr2_p5 itself is at most 2 ulp
+// (ops/base/vec_exp.h). clang and g++ contract the FMAs differently, so the bound is set for the worst case, not
+// for one compiler's rounding.
 // kActAbsTol: once exp's argument passes ln(FLT_MAX) = 88.72 it returns +inf and x / (1 + inf) = -0, where the
 // true value is below |x| e^-88.72 = 3e-39 |x| (<= 4e-37 here).
-// Measured (SQRTDK_VERBOSE=1 prints it; Zen 5, 2026-11-30, g++ 12, avx2 and avx512 alike): max abs error gelu_tanh
-// 4.8e-7, silu 1.9e-6, swiglu 3.8e-6 (all half an ulp of outputs near 100); max relative error where |ref| >= 1e-6:
-// gelu_tanh 1.4e-6 (clang 14: 1.6e-6), silu 1.3e-7, swiglu 1.4e-7; clang 14 reaches 1.5e-5 on gelu results near 1e-30.
+// Measured with exp_rr2_p5 (SQRTDK_VERBOSE=1 prints it; Xeon, Emerald Rapids class, 2026-11-30, g++ 12, avx2 and
+// avx512 alike): max abs error gelu_tanh 4.8e-7, silu 1.9e-6, swiglu 3.8e-6 (all half an ulp of outputs near 100);
+// max relative error where |ref| >= 1e-6: gelu_tanh 1.4e-6, silu 2.1e-7, swiglu 2.4e-7. With the former
+// Cephes-style exp (about 1 ulp): silu 1.3e-7, swiglu 1.4e-7; clang 14 reached 1.6e-6 on gelu_tanh and 1.5e-5 on
+// gelu results near 1e-30.
 constexpr double kActRelTol = 3e-5;
 constexpr double kActAbsTol = 1e-36;
 
@@ -55,18 +60,19 @@ struct ErrStats {
   }
 };
 
-void report(const char* op, Isa isa, const ErrStats& s) {
-  if (verbose()) std::printf("%s %s: max abs err %.3g, max rel err (|ref| >= 1e-6) %.3g\n", op, isa_name(isa),
+void report(const char* op, const char* kernel, const ErrStats& s) {
+  if (verbose()) std::printf("%s %s: max abs err %.3g, max rel err (|ref| >= 1e-6) %.3g\n", op, kernel,
                              s.max_abs, s.max_rel);
 }
 
 }  // namespace
 
 TEST_CASE("activation: gelu_tanh and silu, every ISA against the reference, every tail") {
-  for (Isa isa : supported_isas()) {
+  for (const auto& kernel : ops::runnable_kernels(ops::activation_kernels())) {
+    const Isa isa = kernel.isa;
+    CAPTURE(std::string(kernel.name));
     ErrStats gelu_err, silu_err;
     for (size_t n : kLengths) {
-      CAPTURE(isa_name(isa));
       CAPTURE(n);
       // [-12, 12] covers pre-activations of real models; [-120, 120] drives exp past overflow and underflow.
       for (float range : {12.0f, 120.0f}) {
@@ -89,15 +95,16 @@ TEST_CASE("activation: gelu_tanh and silu, every ISA against the reference, ever
     }
     CHECK(gelu_err.ok);
     CHECK(silu_err.ok);
-    report("gelu_tanh", isa, gelu_err);
-    report("silu", isa, silu_err);
+    report("gelu_tanh", kernel.name, gelu_err);
+    report("silu", kernel.name, silu_err);
   }
 }
 
 TEST_CASE("activation: special values (0, +-inf, NaN, huge, tiny)") {
   const float inf = std::numeric_limits<float>::infinity();
-  for (Isa isa : supported_isas()) {
-    CAPTURE(isa_name(isa));
+  for (const auto& kernel : ops::runnable_kernels(ops::activation_kernels())) {
+    const Isa isa = kernel.isa;
+    CAPTURE(std::string(kernel.name));
     std::vector<float> x = {0.0f, -0.0f, inf, -inf, 1e30f, -1e30f, 1e-30f, -1e-30f, 88.8f, -88.8f, 200.0f, -200.0f,
                             std::numeric_limits<float>::quiet_NaN(), 1.0f, -1.0f, 0.5f, 3.0f};
     std::vector<float> g = x, s = x;
@@ -124,10 +131,11 @@ TEST_CASE("activation: special values (0, +-inf, NaN, huge, tiny)") {
 }
 
 TEST_CASE("activation: swiglu and add, every ISA, every tail; add is exact") {
-  for (Isa isa : supported_isas()) {
+  for (const auto& kernel : ops::runnable_kernels(ops::activation_kernels())) {
+    const Isa isa = kernel.isa;
+    CAPTURE(std::string(kernel.name));
     ErrStats swiglu_err;
     for (size_t n : kLengths) {
-      CAPTURE(isa_name(isa));
       CAPTURE(n);
       const std::vector<float> gate = make_input(n, static_cast<uint32_t>(n), -12.0f, 12.0f);
       const std::vector<float> up = make_input(n, static_cast<uint32_t>(n + 1), -3.0f, 3.0f);
@@ -145,15 +153,16 @@ TEST_CASE("activation: swiglu and add, every ISA, every tail; add is exact") {
       CHECK(got == want);
     }
     CHECK(swiglu_err.ok);
-    report("swiglu", isa, swiglu_err);
+    report("swiglu", kernel.name, swiglu_err);
   }
 }
 
 TEST_CASE("activation: 1 and 2 threads give the same bits; null pointers are errors") {
   const size_t n = 100003;  // above the per-thread minimum, with a tail
   const std::vector<float> x = make_input(n, 5, -8.0f, 8.0f), y = make_input(n, 6, -8.0f, 8.0f);
-  for (Isa isa : supported_isas()) {
-    CAPTURE(isa_name(isa));
+  for (const auto& kernel : ops::runnable_kernels(ops::activation_kernels())) {
+    const Isa isa = kernel.isa;
+    CAPTURE(std::string(kernel.name));
     std::vector<float> a = x, b = x;
     ops::gelu_tanh(isa, a.data(), n, 1);
     ops::gelu_tanh(isa, b.data(), n, 2);

@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include "ops/attention/attention.h"
+#include "ops/attention/attention_kernels.h"
 
 #include <sqrtdk/error.h>
 #include <sqrtdk/isa.h>
@@ -62,7 +63,9 @@ void check_against_ref(Problem& pr, bool causal, const char* what, bool with_ref
   pref.out = ref_out.data();
   attention_ref(pref);
   AttentionWorkspace ws;
-  for (Isa isa : supported_isas()) {
+  for (const auto& kernel : runnable_kernels(attention_kernels())) {
+    const Isa isa = kernel.isa;
+    CAPTURE(std::string(kernel.name));
     if (isa == Isa::ref && !with_ref_isa) continue;
     for (AttentionPath path : {AttentionPath::fused, AttentionPath::unfused}) {
       std::fill(pr.out.begin(), pr.out.end(), -7.0f);
@@ -81,7 +84,6 @@ void check_against_ref(Problem& pr, bool causal, const char* what, bool with_ref
         }
       }
       CAPTURE(what);
-      CAPTURE(std::string(isa_name(isa)));
       CAPTURE(std::string(attention_path_name(path)));
       CAPTURE(pr.n_heads);
       CAPTURE(pr.n_kv_heads);
@@ -146,7 +148,9 @@ TEST_CASE("attention: decode step by step with the cache equals the full-sequenc
     const size_t d = 64, n = 150;
     Problem full(hc.n_heads, hc.n_kv_heads, d, n, 0, 5);
     AttentionParams pf = full.params(true);
-    for (Isa isa : supported_isas()) {
+    for (const auto& kernel : runnable_kernels(attention_kernels())) {
+      const Isa isa = kernel.isa;
+      CAPTURE(std::string(kernel.name));
       if (isa == Isa::ref) continue;  // the ref ISA's fused path is attention_ref itself; its unfused path is slow
       for (AttentionPath path : {AttentionPath::fused, AttentionPath::unfused}) {
         AttentionWorkspace ws;
@@ -170,7 +174,6 @@ TEST_CASE("attention: decode step by step with the cache equals the full-sequenc
         for (size_t t = 0; t < n; ++t)
           for (size_t c = 0; c < hc.n_heads * d; ++c)
             worst = std::max(worst, std::fabs(double(chunked[t * pf.ldo + c]) - full.out[t * pf.ldo + c]));
-        CAPTURE(std::string(isa_name(isa)));
         CAPTURE(std::string(attention_path_name(path)));
         CAPTURE(hc.n_heads);
         CHECK(worst <= 2 * tolerance(n));  // two float computations, each within tolerance of the exact value
@@ -184,7 +187,9 @@ TEST_CASE("attention: bit-identical for any thread count") {
     Problem pr(8, 2, 64, nq, nk - nq, 9);
     for (bool causal : {true, false}) {
       AttentionParams p = pr.params(causal);
-      for (Isa isa : supported_isas()) {
+      for (const auto& kernel : runnable_kernels(attention_kernels())) {
+        const Isa isa = kernel.isa;
+        CAPTURE(std::string(kernel.name));
         if (isa == Isa::ref) continue;  // the reference is single-threaded
         for (AttentionPath path : {AttentionPath::fused, AttentionPath::unfused}) {
           AttentionWorkspace ws;
@@ -192,7 +197,6 @@ TEST_CASE("attention: bit-identical for any thread count") {
           const std::vector<float> one = pr.out;
           for (int threads : {2, 3, 4}) {
             attention(isa, p, ws, threads, path);
-            CAPTURE(std::string(isa_name(isa)));
             CAPTURE(std::string(attention_path_name(path)));
             CAPTURE(threads);
             CHECK(std::memcmp(one.data(), pr.out.data(), one.size() * sizeof(float)) == 0);
@@ -213,7 +217,9 @@ TEST_CASE("attention: the observer gets the probabilities") {
   attention_ref(pref);
   p.observe = &probs;
   AttentionWorkspace ws;
-  for (Isa isa : supported_isas()) {
+  for (const auto& kernel : runnable_kernels(attention_kernels())) {
+    const Isa isa = kernel.isa;
+    CAPTURE(std::string(kernel.name));
     attention(isa, p, ws, 2, AttentionPath::fused);  // the hook forces the unfused path
     REQUIRE(probs.probs.size() == 4 * 9 * 29);
     CHECK(probs.n_heads == 4);

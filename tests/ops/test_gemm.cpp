@@ -1,8 +1,10 @@
-// Tests of ops/gemm: every ISA in supported_isas() and the oneDNN backend against gemm_ref (double accumulation)
+// Tests of ops/gemm: every kernel of gemm_kernels() this CPU runs and the oneDNN backend against gemm_ref (double accumulation)
 // over shapes that hit every tile edge of both SIMD kernels (each kernel's MR, NR, KC, MC, NC from gemm_blocking),
 // with leading dimensions larger than widths and sentinels past each row's end; epilogues (incl. residual
 // aliasing dst); gemm_unpacked in both B layouts; bitwise equality across thread counts; bad arguments.
 #include "ops/gemm/gemm.h"
+#include "ops/activation/activation.h"
+#include "ops/gemm/gemm_kernels.h"
 
 #include <sqrtdk/error.h>
 #include <sqrtdk/isa.h>
@@ -41,15 +43,15 @@ struct Case {
 struct Backend {
   Isa isa;
   GemmBackend backend;
-  std::string name() const {
-    return backend == GemmBackend::onednn ? std::string("onednn") : std::string(isa_name(isa));
-  }
+  const char* kernel;  // the table entry's name (sqrtdk backend)
+  std::string name() const { return backend == GemmBackend::onednn ? std::string("onednn") : std::string(kernel); }
 };
 
 std::vector<Backend> all_backends(bool with_onednn = true) {
   std::vector<Backend> out;
-  for (Isa isa : supported_isas()) out.push_back({isa, GemmBackend::sqrtdk});
-  if (with_onednn) out.push_back({best_isa(), GemmBackend::onednn});
+  for (const auto& kernel : runnable_kernels(gemm_detail::gemm_kernels()))
+    out.push_back({kernel.isa, GemmBackend::sqrtdk, kernel.name});
+  if (with_onednn) out.push_back({best_isa(), GemmBackend::onednn, "onednn"});
   return out;
 }
 
@@ -130,7 +132,7 @@ void check_shape(size_t M, size_t N, size_t K, uint32_t seed, bool with_onednn =
 // dst between K slices, the path epilogue operands aliasing dst must survive.
 size_t sliced_k() {
   size_t kc = 1;
-  for (Isa isa : supported_isas()) kc = std::max(kc, gemm_blocking(isa).kc);
+  for (const auto& kernel : runnable_kernels(gemm_detail::gemm_kernels())) kc = std::max(kc, kernel.kernels.bs.kc);
   return kc + 88;
 }
 
@@ -139,10 +141,11 @@ size_t sliced_k() {
 TEST_CASE("gemm: shapes across every tile edge, every ISA and the onednn backend") {
   // The edges of each SIMD kernel's own blocking (avx512 6×64, avx2 4×24, their KC, MC, NC), every shape checked
   // on every ISA and oneDNN.
-  for (Isa isa : supported_isas()) {
+  for (const auto& kernel : runnable_kernels(gemm_detail::gemm_kernels())) {
+    const Isa isa = kernel.isa;
+    CAPTURE(std::string(kernel.name));
     if (isa == Isa::ref) continue;
-    const GemmBlocking b = gemm_blocking(isa);
-    CAPTURE(isa_name(isa));
+    const gemm_detail::BlockSizes& b = kernel.kernels.bs;
     // M: 1 .. mr + 1, 2·mr + 1, mc + 1, 513.
     std::vector<size_t> ms;
     for (size_t m = 1; m <= b.mr + 1; ++m) ms.push_back(m);
@@ -211,11 +214,11 @@ TEST_CASE("gemm: residual aliasing dst (in-place residual add)") {
 }
 
 TEST_CASE("gemm: results are bit-identical for 1, 2 and 3 threads") {
-  for (Isa isa : supported_isas())
+  for (const auto& kernel : runnable_kernels(gemm_detail::gemm_kernels()))
     for (const auto& shape : {std::tuple<size_t, size_t, size_t>{1, 1000, 300}, {4, 333, 64}, {16, 200, 257},
                               {100, 130, 520}, {200, 64, 40}}) {
       const size_t M = std::get<0>(shape), N = std::get<1>(shape), K = std::get<2>(shape);
-      CAPTURE(isa_name(isa));
+      CAPTURE(std::string(kernel.name));
       CAPTURE(M);
       CAPTURE(N);
       const auto src = random_vector(M * K, 60);
@@ -224,7 +227,7 @@ TEST_CASE("gemm: results are bit-identical for 1, 2 and 3 threads") {
       GemmEpilogue e;
       e.bias = bias.data();
       e.activation = Activation::gelu_tanh;
-      const PackedWeights packed = PackedWeights::pack(w.data(), N, K, K, isa, GemmBackend::sqrtdk);
+      const PackedWeights packed = PackedWeights::pack(w.data(), N, K, K, kernel.isa, GemmBackend::sqrtdk);
       std::vector<float> one(M * N), two(M * N), three(M * N);
       gemm(src.data(), M, K, packed, one.data(), N, e, 1);
       gemm(src.data(), M, K, packed, two.data(), N, e, 2);
@@ -236,12 +239,12 @@ TEST_CASE("gemm: results are bit-identical for 1, 2 and 3 threads") {
 
 TEST_CASE("gemm_unpacked: both B layouts, every ISA, 1 vs 2 threads bitwise") {
   GemmWorkspace ws;
-  for (Isa isa : supported_isas())
+  for (const auto& kernel : runnable_kernels(gemm_detail::gemm_kernels()))
     for (BLayout layout : {BLayout::nk, BLayout::kn})
       for (size_t M : {1, 4, 5, 17})  // ≤ 4: direct kernels; > 4: packed B
         for (size_t N : {1, 17, 100})
           for (size_t K : {1, 7, 300}) {
-            CAPTURE(isa_name(isa));
+            CAPTURE(std::string(kernel.name));
             CAPTURE(layout == BLayout::nk ? "nk" : "kn");
             CAPTURE(M);
             CAPTURE(N);
@@ -253,8 +256,8 @@ TEST_CASE("gemm_unpacked: both B layouts, every ISA, 1 vs 2 threads bitwise") {
             const float alpha = 0.125f;
             std::vector<float> ref(M * ldc, kSentinel), c1(M * ldc, kSentinel), c2(M * ldc, kSentinel);
             gemm_unpacked_ref(M, N, K, alpha, A.data(), lda, B.data(), ldb, layout, ref.data(), ldc);
-            gemm_unpacked(isa, M, N, K, alpha, A.data(), lda, B.data(), ldb, layout, c1.data(), ldc, ws, 1);
-            gemm_unpacked(isa, M, N, K, alpha, A.data(), lda, B.data(), ldb, layout, c2.data(), ldc, ws, 2);
+            gemm_unpacked(kernel.isa, M, N, K, alpha, A.data(), lda, B.data(), ldb, layout, c1.data(), ldc, ws, 1);
+            gemm_unpacked(kernel.isa, M, N, K, alpha, A.data(), lda, B.data(), ldb, layout, c2.data(), ldc, ws, 2);
             REQUIRE(std::memcmp(c1.data(), c2.data(), c1.size() * sizeof(float)) == 0);
             for (size_t m = 0; m < M; ++m) {
               for (size_t n = 0; n < N; ++n) {
@@ -316,4 +319,34 @@ TEST_CASE("gemm: activation references") {
   CHECK(silu_ref(0.0f) == 0.0f);
   CHECK(silu_ref(1.0f) == doctest::Approx(0.7310586f).epsilon(1e-6));
   CHECK(silu_ref(-100.0f) == doctest::Approx(0.0f));
+}
+
+TEST_CASE("gemm: the fused activations are ops/activation's, bit for bit") {
+  // K = 1 with weights 1: the product is exactly src, so the epilogue's output is the activation alone, which must
+  // equal the standalone op's (one implementation: ops/activation/activation_simd.h on ops/base/vec_exp.h).
+  const size_t M = 3, N = 100;
+  std::vector<float> src(M), w(N, 1.0f);
+  for (size_t m = 0; m < M; ++m) src[m] = -9.0f + 4.5f * m;
+  for (const auto& kernel : runnable_kernels(gemm_detail::gemm_kernels())) {
+    if (kernel.isa == Isa::ref) continue;  // the double references differ by design (tanh form vs exp form)
+    CAPTURE(std::string(kernel.name));
+    const PackedWeights packed = PackedWeights::pack(w.data(), N, 1, 1, kernel.isa, GemmBackend::sqrtdk);
+    // The bias (0.01 n) makes every lane's input different: v = src[m] + bias[n].
+    std::vector<float> bias(N);
+    for (size_t n = 0; n < N; ++n) bias[n] = 0.01f * static_cast<float>(n);
+    for (Activation act : {Activation::gelu_tanh, Activation::silu}) {
+      CAPTURE(activation_name(act));
+      GemmEpilogue e;
+      e.bias = bias.data();
+      e.activation = act;
+      std::vector<float> fused(M * N), pre(M * N), alone(M * N);
+      for (size_t i = 0; i < pre.size(); ++i) pre[i] = src[i / N] + bias[i % N];
+      gemm(src.data(), M, 1, packed, fused.data(), N, e, 1);
+      if (act == Activation::gelu_tanh)
+        ops::gelu_tanh(kernel.isa, pre.data(), alone.data(), pre.size());
+      else
+        ops::silu(kernel.isa, pre.data(), alone.data(), pre.size());
+      CHECK(std::memcmp(fused.data(), alone.data(), fused.size() * sizeof(float)) == 0);
+    }
+  }
 }

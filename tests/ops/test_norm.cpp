@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include "ops/norm/norm.h"
+#include "ops/norm/norm_kernels.h"
 
 #include <sqrtdk/error.h>
 #include <sqrtdk/isa.h>
@@ -11,6 +12,7 @@
 #include <cmath>
 #include <cstdio>
 #include <random>
+#include <string>
 #include <vector>
 
 using namespace sqrtdk;
@@ -57,10 +59,11 @@ double max_rel_err(const std::vector<float>& got, const std::vector<float>& want
 }  // namespace
 
 TEST_CASE("norm: layer_norm every ISA matches the reference over every tail") {
-  for (Isa isa : supported_isas()) {
+  for (const auto& kernel : ops::runnable_kernels(ops::norm_kernels())) {
+    const Isa isa = kernel.isa;
+    CAPTURE(std::string(kernel.name));
     double worst = 0.0;
     for (size_t d : kWidths) {
-      CAPTURE(isa_name(isa));
       CAPTURE(d);
       NormCase c = make_case(3, d, static_cast<uint32_t>(d));
       std::vector<float> want(c.n_rows * c.ld_dst, -7.0f), got(c.n_rows * c.ld_dst, -7.0f);
@@ -79,15 +82,16 @@ TEST_CASE("norm: layer_norm every ISA matches the reference over every tail") {
       ops::layer_norm_ref(c.src.data(), c.n_rows, d, c.ld_src, c.weight.data(), nullptr, 1e-5f, want.data(), c.ld_dst);
       CHECK(max_rel_err(got, want, c.n_rows, d, c.ld_dst) <= kNormTol);
     }
-    if (verbose()) std::printf("layer_norm %s: max |simd - ref| / (1 + |ref|) = %.3g\n", isa_name(isa), worst);
+    if (verbose()) std::printf("layer_norm %s: max |simd - ref| / (1 + |ref|) = %.3g\n", kernel.name, worst);
   }
 }
 
 TEST_CASE("norm: rms_norm every ISA matches the reference over every tail") {
-  for (Isa isa : supported_isas()) {
+  for (const auto& kernel : ops::runnable_kernels(ops::norm_kernels())) {
+    const Isa isa = kernel.isa;
+    CAPTURE(std::string(kernel.name));
     double worst = 0.0;
     for (size_t d : kWidths) {
-      CAPTURE(isa_name(isa));
       CAPTURE(d);
       NormCase c = make_case(3, d, static_cast<uint32_t>(100 + d));
       std::vector<float> want(c.n_rows * c.ld_dst), got(c.n_rows * c.ld_dst);
@@ -97,7 +101,7 @@ TEST_CASE("norm: rms_norm every ISA matches the reference over every tail") {
       CHECK(err <= kNormTol);
       worst = std::max(worst, err);
     }
-    if (verbose()) std::printf("rms_norm %s: max |simd - ref| / (1 + |ref|) = %.3g\n", isa_name(isa), worst);
+    if (verbose()) std::printf("rms_norm %s: max |simd - ref| / (1 + |ref|) = %.3g\n", kernel.name, worst);
   }
 }
 
@@ -115,8 +119,9 @@ TEST_CASE("norm: reference matches the formulas on a hand-checked row") {
 }
 
 TEST_CASE("norm: in place equals out of place, any thread count gives the same bits, constant rows are finite") {
-  for (Isa isa : supported_isas()) {
-    CAPTURE(isa_name(isa));
+  for (const auto& kernel : ops::runnable_kernels(ops::norm_kernels())) {
+    const Isa isa = kernel.isa;
+    CAPTURE(std::string(kernel.name));
     NormCase c = make_case(7, 768, 7);
     std::vector<float> out1(7 * c.ld_src), out2(7 * c.ld_src), inplace = c.src;
     ops::layer_norm(isa, c.src.data(), 7, 768, c.ld_src, c.weight.data(), c.bias.data(), 1e-5f, out1.data(), c.ld_src, 1);

@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include "ops/rope/rope.h"
+#include "ops/rope/rope_kernels.h"
 
 #include <sqrtdk/error.h>
 #include <sqrtdk/isa.h>
@@ -11,6 +12,7 @@
 #include <algorithm>
 #include <cmath>
 #include <random>
+#include <string>
 #include <vector>
 
 using namespace sqrtdk;
@@ -55,8 +57,9 @@ TEST_CASE("rope: every ISA matches the reference for both layouts over every tai
     for (auto layout : {ops::RopeLayout::rotate_half, ops::RopeLayout::interleaved}) {
       std::vector<float> want = x;
       ops::rope_ref(table, layout, want.data(), n_tokens, ld, n_heads, head_dim, pos0);
-      for (Isa isa : supported_isas()) {
-        CAPTURE(isa_name(isa));
+      for (const auto& kernel : ops::runnable_kernels(ops::rope_kernels())) {
+        const Isa isa = kernel.isa;
+        CAPTURE(std::string(kernel.name));
         CAPTURE(head_dim);
         CAPTURE(static_cast<int>(layout));
         std::vector<float> got = x;
@@ -78,8 +81,9 @@ TEST_CASE("rope: position 0 is the identity, pair lengths are kept, interleaved 
   const size_t head_dim = 80, half = 40, n_heads = 2, n_tokens = 7, ld = n_heads * head_dim;
   const ops::RopeTable table(64, head_dim, 500000.0f);
   const std::vector<float> x = make_rows(n_tokens * ld, 3);
-  for (Isa isa : supported_isas()) {
-    CAPTURE(isa_name(isa));
+  for (const auto& kernel : ops::runnable_kernels(ops::rope_kernels())) {
+    const Isa isa = kernel.isa;
+    CAPTURE(std::string(kernel.name));
     std::vector<float> y = x;
     ops::rope(isa, table, ops::RopeLayout::rotate_half, y.data(), 1, ld, n_heads, head_dim, 0);
     for (size_t i = 0; i < ld; ++i) CHECK(y[i] == x[i]);

@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include "ops/softmax/softmax.h"
+#include "ops/softmax/softmax_kernels.h"
 
 #include <sqrtdk/error.h>
 #include <sqrtdk/isa.h>
@@ -46,8 +47,9 @@ double ulp_error(float y, double e) {
 }  // namespace
 
 TEST_CASE("softmax: textbook rows, every ISA") {
-  for (Isa isa : supported_isas()) {
-    CAPTURE(std::string(isa_name(isa)));
+  for (const auto& kernel : runnable_kernels(softmax_kernels())) {
+    const Isa isa = kernel.isa;
+    CAPTURE(std::string(kernel.name));
     auto a = softmax_of(isa, {1, 2, 3});
     CHECK(a[0] == doctest::Approx(0.0900306).epsilon(1e-5));
     CHECK(a[1] == doctest::Approx(0.2447285).epsilon(1e-5));
@@ -69,8 +71,9 @@ TEST_CASE("softmax: textbook rows, every ISA") {
 }
 
 TEST_CASE("softmax: fully masked rows give zeros, NaN propagates, +inf gives NaN") {
-  for (Isa isa : supported_isas()) {
-    CAPTURE(std::string(isa_name(isa)));
+  for (const auto& kernel : runnable_kernels(softmax_kernels())) {
+    const Isa isa = kernel.isa;
+    CAPTURE(std::string(kernel.name));
     for (size_t n : {1, 5, 16, 17, 100}) {
       CAPTURE(n);
       for (float v : softmax_of(isa, std::vector<float>(n, -kInf))) CHECK(v == 0.0f);
@@ -100,8 +103,9 @@ TEST_CASE("softmax: rows of 1 .. 100000 sum to 1 within 1e-6, and match the refe
     for (float& v : x) v = dist(rng);
     std::vector<float> ref(n);
     softmax_rows_ref(1, n, x.data(), n, ref.data(), n);
-    for (Isa isa : supported_isas()) {
-      CAPTURE(std::string(isa_name(isa)));
+    for (const auto& kernel : runnable_kernels(softmax_kernels())) {
+      const Isa isa = kernel.isa;
+      CAPTURE(std::string(kernel.name));
       CAPTURE(n);
       auto y = softmax_of(isa, x);
       double sum = 0.0;
@@ -132,10 +136,11 @@ TEST_CASE("softmax: scale, additive mask, causal mask and strides against the re
         if (mode == 2) mask = {nullptr, 0, true, 2};
         std::vector<float> ref(n_rows * ld, 7.0f), y(n_rows * ld, 7.0f);
         softmax_rows_ref(n_rows, n_cols, x.data(), ld, ref.data(), ld, scale, mask);
-        for (Isa isa : supported_isas()) {
+        for (const auto& kernel : runnable_kernels(softmax_kernels())) {
+          const Isa isa = kernel.isa;
+          CAPTURE(std::string(kernel.name));
           for (int threads : {1, 2}) {
             if (threads == 2 && scale != 0.125f) continue;  // the row split is tested once per shape (keeps it fast)
-            CAPTURE(std::string(isa_name(isa)));
             CAPTURE(n_cols);
             CAPTURE(mode);
             softmax_rows(isa, n_rows, n_cols, x.data(), ld, y.data(), ld, scale, mask, threads);
@@ -153,7 +158,9 @@ TEST_CASE("softmax: scale, additive mask, causal mask and strides against the re
   std::vector<float> x = {3, 1, 2, 5, 4};
   std::vector<float> ref(5);
   softmax_rows_ref(1, 5, x.data(), 5, ref.data(), 5);
-  for (Isa isa : supported_isas()) {
+  for (const auto& kernel : runnable_kernels(softmax_kernels())) {
+    const Isa isa = kernel.isa;
+    CAPTURE(std::string(kernel.name));
     auto y = x;
     softmax_rows(isa, 1, 5, y.data(), 5, y.data(), 5);
     for (int j = 0; j < 5; ++j) CHECK(y[j] == doctest::Approx(ref[j]).epsilon(1e-6));
@@ -180,8 +187,9 @@ TEST_CASE("softmax: exp_rr2_p5 max ulp error over the float range (every 61st fl
                             -std::numeric_limits<float>::max()};
   for (float s : specials) x.push_back(s);
   std::vector<float> y(x.size());
-  for (Isa isa : supported_isas()) {
-    CAPTURE(std::string(isa_name(isa)));
+  for (const auto& kernel : runnable_kernels(softmax_kernels())) {
+    const Isa isa = kernel.isa;
+    CAPTURE(std::string(kernel.name));
     exp_rr2_p5(isa, x.data(), y.data(), x.size());
     double worst = 0.0;
     float worst_x = 0.0f;
@@ -191,7 +199,7 @@ TEST_CASE("softmax: exp_rr2_p5 max ulp error over the float range (every 61st fl
       if (err > worst) worst = err, worst_x = x[i];
     }
     CAPTURE(worst_x);
-    MESSAGE(std::string(isa_name(isa)) << ": exp max error " << worst << " ulp at x = " << worst_x);
+    MESSAGE(std::string(kernel.name) << ": exp max error " << worst << " ulp at x = " << worst_x);
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
     // The sanitizer presets build with -O2 (RelWithDebInfo), where GCC evaluates the avx512 polynomial in another
     // order: measured 2.198 ulp at x = 5.937 there (release -O3: 1.965 on this sweep, 1.981 over all floats). The
@@ -223,8 +231,9 @@ TEST_CASE("softmax: online (streaming) state over blocks equals the one-pass sof
   for (float& v : x) v = dist(rng);
   std::vector<float> ref(n);
   softmax_rows_ref(1, n, x.data(), n, ref.data(), n);
-  for (Isa isa : supported_isas()) {
-    CAPTURE(std::string(isa_name(isa)));
+  for (const auto& kernel : runnable_kernels(softmax_kernels())) {
+    const Isa isa = kernel.isa;
+    CAPTURE(std::string(kernel.name));
     // Stream in blocks of 1, 17, 64, 333: keep a rescaled copy of all exps so far (the "accumulator").
     for (size_t block : {1, 17, 64, 333}) {
       OnlineSoftmaxState st;

@@ -4,6 +4,8 @@
  * Threading: a model is immutable and may be shared by any number of threads; a session belongs to one caller at a
  * time. Error messages: sqrtdk_model_load and sqrtdk_session_create write theirs into the caller's buffer (there is
  * no handle yet); afterwards each handle keeps its own last error, copied out by sqrtdk_*_last_error (thread-safe).
+ * Statuses come from the error's kind (sqrtdk::ErrorKind in C++), never from its message: the message is for people.
+ * New statuses are only ever appended.
  */
 #ifndef SQRTDK_SQRTDK_H
 #define SQRTDK_SQRTDK_H
@@ -22,8 +24,9 @@ typedef enum sqrtdk_status {
   SQRTDK_ERR_INVALID_ARGUMENT = 1, /* a null pointer, a bad option, a token id out of range, an empty prompt */
   SQRTDK_ERR_BAD_FILE = 2,         /* the model file is missing, truncated, corrupt or invalid */
   SQRTDK_ERR_CONTEXT_FULL = 3,     /* the tokens do not fit in the session's context */
-  SQRTDK_ERR_OUT_OF_MEMORY = 4,
-  SQRTDK_ERR_INTERNAL = 5
+  SQRTDK_ERR_OUT_OF_MEMORY = 4,    /* an allocation failed, e.g. a session's KV cache for a long max_context */
+  SQRTDK_ERR_INTERNAL = 5,         /* a bug in sqrtdk */
+  SQRTDK_ERR_UNSUPPORTED = 6       /* valid, but not something this build or this CPU can do */
 } sqrtdk_status;
 
 typedef struct sqrtdk_model sqrtdk_model;

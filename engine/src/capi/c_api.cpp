@@ -7,6 +7,8 @@
 #include <sqrtdk/model.h>
 #include <sqrtdk/session.h>
 
+#include "engine/src/capi/c_api_internal.h"
+
 #include <cstring>
 #include <mutex>
 #include <new>
@@ -25,6 +27,22 @@ struct sqrtdk_session {
   std::string last_error;
 };
 
+namespace sqrtdk::capi {
+
+sqrtdk_status status_of(ErrorKind kind) {
+  switch (kind) {
+    case ErrorKind::bad_input: return SQRTDK_ERR_INVALID_ARGUMENT;
+    case ErrorKind::bad_file: return SQRTDK_ERR_BAD_FILE;
+    case ErrorKind::context_full: return SQRTDK_ERR_CONTEXT_FULL;
+    case ErrorKind::out_of_memory: return SQRTDK_ERR_OUT_OF_MEMORY;
+    case ErrorKind::unsupported: return SQRTDK_ERR_UNSUPPORTED;
+    case ErrorKind::internal: return SQRTDK_ERR_INTERNAL;
+  }
+  return SQRTDK_ERR_INTERNAL;
+}
+
+}  // namespace sqrtdk::capi
+
 namespace {
 
 size_t copy_message(const std::string& msg, char* buf, size_t size) {
@@ -36,9 +54,9 @@ size_t copy_message(const std::string& msg, char* buf, size_t size) {
   return msg.size();
 }
 
-// Runs fn, mapping exceptions to a status and a message.
+// Runs fn, mapping exceptions to a status (by the error's kind) and a message.
 template <typename Fn>
-sqrtdk_status guarded(std::string& message, sqrtdk_status error_kind, Fn&& fn) {
+sqrtdk_status guarded(std::string& message, Fn&& fn) {
   try {
     fn();
     return SQRTDK_OK;
@@ -47,8 +65,7 @@ sqrtdk_status guarded(std::string& message, sqrtdk_status error_kind, Fn&& fn) {
     return SQRTDK_ERR_OUT_OF_MEMORY;
   } catch (const sqrtdk::Error& e) {
     message = e.what();
-    if (message.find("context too long") != std::string::npos) return SQRTDK_ERR_CONTEXT_FULL;
-    return error_kind;
+    return sqrtdk::capi::status_of(e.kind());
   } catch (const std::exception& e) {
     message = e.what();
     return SQRTDK_ERR_INTERNAL;
@@ -58,9 +75,9 @@ sqrtdk_status guarded(std::string& message, sqrtdk_status error_kind, Fn&& fn) {
   }
 }
 
-sqrtdk_status session_call(sqrtdk_session* s, sqrtdk_status kind, const std::function<void()>& fn) {
+sqrtdk_status session_call(sqrtdk_session* s, const std::function<void()>& fn) {
   std::string message;
-  const sqrtdk_status st = guarded(message, kind, fn);
+  const sqrtdk_status st = guarded(message, fn);
   std::lock_guard<std::mutex> lock(s->mutex);
   s->last_error = st == SQRTDK_OK ? std::string() : message;
   return st;
@@ -86,6 +103,7 @@ const char* sqrtdk_status_string(sqrtdk_status status) {
     case SQRTDK_ERR_CONTEXT_FULL: return "context full";
     case SQRTDK_ERR_OUT_OF_MEMORY: return "out of memory";
     case SQRTDK_ERR_INTERNAL: return "internal error";
+    case SQRTDK_ERR_UNSUPPORTED: return "unsupported";
   }
   return "unknown status";
 }
@@ -98,7 +116,7 @@ sqrtdk_status sqrtdk_model_load(const char* path, int verify_checksums, sqrtdk_m
     copy_message("sqrtdk_model_load: path and out must not be NULL", error, error_size);
     return SQRTDK_ERR_INVALID_ARGUMENT;
   }
-  const sqrtdk_status st = guarded(message, SQRTDK_ERR_BAD_FILE, [&] {
+  const sqrtdk_status st = guarded(message, [&] {
     sqrtdk::ModelOptions options;
     options.load.verify_checksums = verify_checksums != 0;
     auto handle = std::make_unique<sqrtdk_model>();
@@ -128,7 +146,7 @@ sqrtdk_status sqrtdk_session_create(sqrtdk_model* model, size_t max_context, int
     return SQRTDK_ERR_INVALID_ARGUMENT;
   }
   std::string message;
-  const sqrtdk_status st = guarded(message, SQRTDK_ERR_INVALID_ARGUMENT, [&] {
+  const sqrtdk_status st = guarded(message, [&] {
     sqrtdk::SessionOptions options;
     options.max_context = max_context;
     options.n_threads = n_threads;
@@ -152,7 +170,7 @@ sqrtdk_status sqrtdk_session_prefill(sqrtdk_session* s, const uint32_t* tokens, 
     s->last_error = "sqrtdk_session_prefill: tokens is NULL";
     return SQRTDK_ERR_INVALID_ARGUMENT;
   }
-  return session_call(s, SQRTDK_ERR_INVALID_ARGUMENT, [&] {
+  return session_call(s, [&] {
     auto out = s->session.prefill(std::span<const uint32_t>(tokens, n_tokens));
     if (logits) *logits = out.data();
   });
@@ -180,7 +198,7 @@ sqrtdk_status sqrtdk_session_generate(sqrtdk_session* s, const uint32_t* prompt,
     s->last_error = "sqrtdk_session_generate: prompt, out_tokens and n_out must not be NULL";
     return SQRTDK_ERR_INVALID_ARGUMENT;
   }
-  return session_call(s, SQRTDK_ERR_INVALID_ARGUMENT, [&] {
+  return session_call(s, [&] {
     sqrtdk::GenerateOptions options;
     options.sampling = to_options(sampling);
     options.max_new_tokens = max_new_tokens;
@@ -195,7 +213,7 @@ sqrtdk_status sqrtdk_session_generate(sqrtdk_session* s, const uint32_t* prompt,
 sqrtdk_status sqrtdk_sample(const float* logits, size_t n_vocab, const sqrtdk_sampling* sampling, uint32_t* out) {
   if (!logits || n_vocab == 0 || !out) return SQRTDK_ERR_INVALID_ARGUMENT;
   std::string message;
-  return guarded(message, SQRTDK_ERR_INVALID_ARGUMENT, [&] {
+  return guarded(message, [&] {
     sqrtdk::Sampler sampler(to_options(sampling));
     *out = sampler.sample(std::span<const float>(logits, n_vocab));
   });

@@ -19,16 +19,42 @@ inline constexpr unsigned char kMagic[4] = {'S', 'Q', 'D', 'K'};
 inline constexpr uint32_t kVersion = 1;
 inline constexpr uint64_t kHeaderSize = 128;
 inline constexpr uint64_t kAlignment = 64;
-inline constexpr uint64_t kHeaderCrcOffset = 104;  // header_crc32 covers bytes [0, 104) and the directory
-inline constexpr uint64_t kReservedOffset = 108;   // 20 zero bytes up to 128
+
+// The 128-byte header (FORMAT.md "Header"): the byte offset of each little-endian field. The one statement of the
+// layout: encode_header writes through these names and WeightFile::open reads through them.
+namespace header_at {
+inline constexpr uint64_t magic = 0;               // 4 bytes "SQDK"
+inline constexpr uint64_t version = 4;             // u32
+inline constexpr uint64_t file_size = 8;           // u64
+inline constexpr uint64_t arch = 16;               // u32: 0 = gpt2, 1 = llama
+inline constexpr uint64_t d_model = 20;            // u32
+inline constexpr uint64_t n_layers = 24;           // u32
+inline constexpr uint64_t n_heads = 28;            // u32
+inline constexpr uint64_t n_kv_heads = 32;         // u32
+inline constexpr uint64_t head_dim = 36;           // u32
+inline constexpr uint64_t d_ff = 40;               // u32
+inline constexpr uint64_t n_vocab = 44;            // u32
+inline constexpr uint64_t max_seq = 48;            // u32
+inline constexpr uint64_t norm_eps = 52;           // f32
+inline constexpr uint64_t rope_theta = 56;         // f32
+inline constexpr uint64_t flags = 60;              // u32: bit 0 tied embeddings, bit 1 interleaved RoPE
+inline constexpr uint64_t tokenizer = 64;          // u32: 0 = none, 1 = byte_level
+inline constexpr uint64_t bos_id = 68;             // u32
+inline constexpr uint64_t eos_id = 72;             // u32
+inline constexpr uint64_t n_tensors = 76;          // u32
+inline constexpr uint64_t directory_offset = 80;   // u64, always kHeaderSize
+inline constexpr uint64_t directory_size = 88;     // u64
+inline constexpr uint64_t data_offset = 96;        // u64
+inline constexpr uint64_t header_crc32 = 104;      // u32 over bytes [0, 104) and then the directory
+inline constexpr uint64_t reserved = 108;          // zero bytes up to kHeaderSize
+static_assert(eos_id + 4 == n_tensors && data_offset + 8 == header_crc32 && header_crc32 + 4 == reserved &&
+              reserved < kHeaderSize);
+}  // namespace header_at
 inline constexpr size_t kMaxNameLen = 255;
 inline constexpr unsigned kMaxDims = 4;
 // Smallest directory entry: name_len(2) + 1-byte name + dtype(1) + n_dims(1) + one dim(8) + offset(8) + size(8)
 // + crc32(4). Bounds n_tensors before anything is allocated.
 inline constexpr uint64_t kMinEntrySize = 2 + 1 + 1 + 1 + 8 + 8 + 8 + 4;
-// Sanity caps on config values (FORMAT.md): keep every derived size and tensor count far from overflow.
-inline constexpr uint32_t kMaxWidth = 1u << 24;
-inline constexpr uint32_t kMaxLayers = 4096;
 
 inline uint16_t load_u16(const unsigned char* p) {
   uint16_t v;

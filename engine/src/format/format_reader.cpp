@@ -3,10 +3,13 @@
 //
 // Nothing in the file is trusted. Every size, offset and shape product is computed with overflow checks before it
 // is used; the directory is parsed with a bounds-checked cursor; nothing is allocated from a file-supplied count
-// before that count is bounded by the bytes that would hold it. Every failure throws sqrtdk::Error
-// "<path>: <header|config|tensor 'name'>: <what> (expected ...)", one line. The mapping is PROT_READ and private:
-// a loaded model never writes its file. Checksum and finite scans run on LoadOptions::n_threads threads over 4 MiB
-// pieces (the per-tensor CRC is joined with crc32_combine), so the result does not depend on the thread count.
+// before that count is bounded by the bytes that would hold it. Every failure throws sqrtdk::Error of kind bad_file,
+// "<path>: <header|config|tensor 'name'>: <what> (expected ...)", one line. WeightFile::open runs the checks as
+// named steps, in this order: map_file, check_header, read_config, read_directory (read_entry per tensor),
+// check_distinct, the family's tensor set, scan_data (CRCs, finiteness); the first failure is the one reported.
+// The mapping is PROT_READ and private: a loaded model never writes its file. Checksum and finite scans run on
+// LoadOptions::n_threads threads over 4 MiB pieces (the per-tensor CRC is joined with crc32_combine), so the result
+// does not depend on the thread count.
 // Known limit: a file truncated by another process *after* it is mapped raises SIGBUS on access (as with any mmap).
 #include <sqrtdk/error.h>
 #include <sqrtdk/format.h>
@@ -92,172 +95,212 @@ uint64_t count_nonfinite_bytes(const unsigned char* p, uint64_t size, DType dtyp
   return bad;
 }
 
-}  // namespace
+// Every failure of the reader is about the file: ErrorKind::bad_file.
+Error file_error(const std::string& message) { return Error(ErrorKind::bad_file, message); }
 
-WeightFile::~WeightFile() {
-  if (map_) ::munmap(const_cast<unsigned char*>(map_), file_size_);
+// ModelConfig::validate and check_family_tensors also judge configs and tensor sets that come from callers (the
+// writer, make-toy); here what they find wrong is the file's fault, so their errors become bad_file (same message).
+template <class Fn>
+void as_file_error(Fn&& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    throw file_error(e.what());
+  }
 }
 
-std::shared_ptr<const WeightFile> WeightFile::open(const std::string& path, const LoadOptions& options) {
-  std::shared_ptr<WeightFile> wf(new WeightFile());
-  wf->path_ = path;
-  const std::string& P = wf->path_;
-  auto header_error = [&](const std::string& what) { return Error(P + ": header: " + what); };
-
-  // ---- map ----
+// ---- step 1: map the file ----
+// Opens and maps `path` read-only (the caller owns the mapping from then on), after checking it is a regular file,
+// within LoadOptions::max_bytes and at least a header long.
+const unsigned char* map_file(const std::string& P, const LoadOptions& options, uint64_t& size) {
   Fd fd;
-  fd.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd.fd < 0) throw Error(P + ": cannot open: " + std::strerror(errno));
+  fd.fd = ::open(P.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd.fd < 0) throw file_error(P + ": cannot open: " + std::strerror(errno));
   struct stat st {};
-  if (::fstat(fd.fd, &st) != 0) throw Error(P + ": cannot stat: " + std::strerror(errno));
-  if (!S_ISREG(st.st_mode)) throw Error(P + ": not a regular file");
+  if (::fstat(fd.fd, &st) != 0) throw file_error(P + ": cannot stat: " + std::strerror(errno));
+  if (!S_ISREG(st.st_mode)) throw file_error(P + ": not a regular file");
   const uint64_t real_size = static_cast<uint64_t>(st.st_size);
   if (options.max_bytes != 0 && real_size > options.max_bytes)
-    throw Error(P + ": file is " + u64s(real_size) + " bytes, over the allowed " + u64s(options.max_bytes) +
-                " bytes (LoadOptions::max_bytes)");
+    throw file_error(P + ": file is " + u64s(real_size) + " bytes, over the allowed " + u64s(options.max_bytes) +
+                     " bytes (LoadOptions::max_bytes)");
   if (real_size < kHeaderSize)
-    throw header_error("file is " + u64s(real_size) + " bytes, shorter than the " + u64s(kHeaderSize) +
-                       "-byte header (truncated or not a .sqdk file)");
-  if (real_size > SIZE_MAX) throw Error(P + ": file of " + u64s(real_size) + " bytes cannot be mapped");
-  // No MAP_POPULATE: the scans below map each piece in with one call and drop it again (scan_piece), so a
-  // verified load never holds the whole file resident on top of the packed weights.
+    throw file_error(P + ": header: file is " + u64s(real_size) + " bytes, shorter than the " + u64s(kHeaderSize) +
+                     "-byte header (truncated or not a .sqdk file)");
+  if (real_size > SIZE_MAX) throw file_error(P + ": file of " + u64s(real_size) + " bytes cannot be mapped");
+  // No MAP_POPULATE: the scans map each piece in with one call and drop it again (scan_piece), so a verified load
+  // never holds the whole file resident on top of the packed weights.
   void* m = ::mmap(nullptr, real_size, PROT_READ, MAP_PRIVATE, fd.fd, 0);
-  if (m == MAP_FAILED) throw Error(P + ": cannot map " + u64s(real_size) + " bytes: " + std::strerror(errno));
-  wf->map_ = static_cast<const unsigned char*>(m);
-  wf->file_size_ = real_size;
-  const unsigned char* h = wf->map_;
+  if (m == MAP_FAILED) throw file_error(P + ": cannot map " + u64s(real_size) + " bytes: " + std::strerror(errno));
+  size = real_size;
+  return static_cast<const unsigned char*>(m);
+}
 
-  // ---- header ----
-  if (std::memcmp(h, kMagic, 4) != 0) {
+// ---- step 2: the header ----
+// The header fields that place the directory and the data (the config is read by read_config).
+struct Layout {
+  uint32_t n_tensors;
+  uint64_t dir_size, data_offset;
+};
+
+// Checks magic, version, file size, where the directory and data lie, the reserved bytes, and (if asked) the
+// header CRC over the header and the directory.
+Layout check_header(const std::string& P, const unsigned char* h, uint64_t real_size, bool verify_checksum) {
+  auto header_error = [&](const std::string& what) { return file_error(P + ": header: " + what); };
+  if (std::memcmp(h + header_at::magic, kMagic, 4) != 0) {
     char got[32];
     std::snprintf(got, sizeof got, "%02X %02X %02X %02X", h[0], h[1], h[2], h[3]);
     throw header_error(std::string("bad magic ") + got + " (expected 53 51 44 4B 'SQDK'; not a .sqdk file)");
   }
-  const uint32_t version = load_u32(h + 4);
+  const uint32_t version = load_u32(h + header_at::version);
   if (version != kVersion)
     throw header_error("unsupported format version " + std::to_string(version) + " (this build reads version " +
                        std::to_string(kVersion) + ")");
-  const uint64_t file_size = load_u64(h + 8);
+  const uint64_t file_size = load_u64(h + header_at::file_size);
   if (file_size != real_size)
     throw header_error("file_size says " + u64s(file_size) + " bytes but the file has " + u64s(real_size) +
                        " (truncated or extended)");
-  const uint32_t n_tensors = load_u32(h + 76);
-  const uint64_t dir_offset = load_u64(h + 80), dir_size = load_u64(h + 88), data_offset = load_u64(h + 96);
+  Layout l;
+  l.n_tensors = load_u32(h + header_at::n_tensors);
+  const uint64_t dir_offset = load_u64(h + header_at::directory_offset);
+  l.dir_size = load_u64(h + header_at::directory_size);
+  l.data_offset = load_u64(h + header_at::data_offset);
   if (dir_offset != kHeaderSize)
     throw header_error("directory_offset " + u64s(dir_offset) + " (expected " + u64s(kHeaderSize) + ")");
-  if (dir_size > real_size - kHeaderSize)
-    throw header_error("directory [128, 128 + " + u64s(dir_size) + ") runs past the end of the file (" +
+  if (l.dir_size > real_size - kHeaderSize)
+    throw header_error("directory [128, 128 + " + u64s(l.dir_size) + ") runs past the end of the file (" +
                        u64s(real_size) + " bytes)");
-  const uint64_t dir_end = kHeaderSize + dir_size;
-  if (data_offset % kAlignment != 0 || data_offset < dir_end || data_offset > real_size)
-    throw header_error("data_offset " + u64s(data_offset) + " (expected a multiple of 64 between the directory end " +
+  const uint64_t dir_end = kHeaderSize + l.dir_size;
+  if (l.data_offset % kAlignment != 0 || l.data_offset < dir_end || l.data_offset > real_size)
+    throw header_error("data_offset " + u64s(l.data_offset) + " (expected a multiple of 64 between the directory end " +
                        u64s(dir_end) + " and the file size " + u64s(real_size) + ")");
-  for (uint64_t i = kReservedOffset; i < kHeaderSize; ++i)
+  for (uint64_t i = header_at::reserved; i < kHeaderSize; ++i)
     if (h[i] != 0) throw header_error("reserved byte " + u64s(i) + " is " + std::to_string(h[i]) + " (expected 0)");
-  if (options.verify_checksums) {
-    const uint32_t stored = load_u32(h + kHeaderCrcOffset);
-    const uint32_t computed = crc32(h + kHeaderSize, dir_size, crc32(h, kHeaderCrcOffset));
+  if (verify_checksum) {
+    const uint32_t stored = load_u32(h + header_at::header_crc32);
+    const uint32_t computed = crc32(h + kHeaderSize, l.dir_size, crc32(h, header_at::header_crc32));
     if (stored != computed)
       throw header_error("checksum mismatch: stored CRC-32 " + hex32(stored) + ", computed " + hex32(computed) +
                          " over the header and directory (the file is corrupt)");
   }
+  return l;
+}
 
-  // ---- config ----
-  ModelConfig& c = wf->config_;
-  const uint32_t arch = load_u32(h + 16), flags = load_u32(h + 60), tokenizer = load_u32(h + 64);
-  if (arch > 1) throw Error(P + ": config: unknown arch " + std::to_string(arch) + " (expected 0 = gpt2 or 1 = llama)");
-  if (flags & ~3u) throw Error(P + ": config: unknown flag bits " + hex32(flags & ~3u) + " (expected only bits 0 and 1)");
+// ---- step 3: the config ----
+ModelConfig read_config(const std::string& P, const unsigned char* h) {
+  const uint32_t arch = load_u32(h + header_at::arch), flags = load_u32(h + header_at::flags),
+                 tokenizer = load_u32(h + header_at::tokenizer);
+  if (arch > 1)
+    throw file_error(P + ": config: unknown arch " + std::to_string(arch) + " (expected 0 = gpt2 or 1 = llama)");
+  if (flags & ~3u)
+    throw file_error(P + ": config: unknown flag bits " + hex32(flags & ~3u) + " (expected only bits 0 and 1)");
   if (tokenizer > 1)
-    throw Error(P + ": config: unknown tokenizer " + std::to_string(tokenizer) + " (expected 0 = none or 1 = byte_level)");
+    throw file_error(P + ": config: unknown tokenizer " + std::to_string(tokenizer) +
+                     " (expected 0 = none or 1 = byte_level)");
+  ModelConfig c;
   c.arch = static_cast<Arch>(arch);
-  c.d_model = load_u32(h + 20);
-  c.n_layers = load_u32(h + 24);
-  c.n_heads = load_u32(h + 28);
-  c.n_kv_heads = load_u32(h + 32);
-  c.head_dim = load_u32(h + 36);
-  c.d_ff = load_u32(h + 40);
-  c.n_vocab = load_u32(h + 44);
-  c.max_seq = load_u32(h + 48);
-  c.norm_eps = load_f32(h + 52);
-  c.rope_theta = load_f32(h + 56);
+  c.d_model = load_u32(h + header_at::d_model);
+  c.n_layers = load_u32(h + header_at::n_layers);
+  c.n_heads = load_u32(h + header_at::n_heads);
+  c.n_kv_heads = load_u32(h + header_at::n_kv_heads);
+  c.head_dim = load_u32(h + header_at::head_dim);
+  c.d_ff = load_u32(h + header_at::d_ff);
+  c.n_vocab = load_u32(h + header_at::n_vocab);
+  c.max_seq = load_u32(h + header_at::max_seq);
+  c.norm_eps = load_f32(h + header_at::norm_eps);
+  c.rope_theta = load_f32(h + header_at::rope_theta);
   c.tied_embeddings = flags & 1u;
   c.rope_interleaved = flags & 2u;
   c.tokenizer = static_cast<TokenizerKind>(tokenizer);
-  c.bos_id = load_u32(h + 68);
-  c.eos_id = load_u32(h + 72);
-  c.validate(P);
+  c.bos_id = load_u32(h + header_at::bos_id);
+  c.eos_id = load_u32(h + header_at::eos_id);
+  as_file_error([&] { c.validate(P); });
+  return c;
+}
 
-  // ---- directory ----
-  if (uint64_t{n_tensors} > dir_size / kMinEntrySize)
-    throw header_error(std::to_string(n_tensors) + " tensors cannot fit in a " + u64s(dir_size) +
-                       "-byte directory (each entry is at least " + u64s(kMinEntrySize) + " bytes)");
-  const unsigned char* dir = h + kHeaderSize;
-  uint64_t at = 0;  // cursor inside the directory
-  std::vector<TensorInfo>& tensors = wf->tensors_;
-  tensors.reserve(n_tensors);
-  std::unordered_set<std::string_view> names;
-  names.reserve(n_tensors);
-  for (uint32_t i = 0; i < n_tensors; ++i) {
-    std::string label = "tensor #" + std::to_string(i);
-    auto fail = [&](const std::string& what) { return Error(P + ": " + label + ": " + what); };
-    auto need = [&](uint64_t bytes, const char* field) {
-      if (bytes > dir_size - at)
-        throw fail(std::string("directory entry runs past the directory end at ") + field + " (directory is " +
-                   u64s(dir_size) + " bytes)");
-    };
-    need(2, "name_len");
-    const uint16_t name_len = load_u16(dir + at);
-    at += 2;
-    if (name_len == 0 || name_len > kMaxNameLen)
-      throw fail("name_len " + std::to_string(name_len) + " (expected 1.." + std::to_string(kMaxNameLen) + ")");
-    need(name_len, "name");
-    TensorInfo t;
-    t.name.assign(reinterpret_cast<const char*>(dir + at), name_len);
-    at += name_len;
-    label = "tensor '" + quote_name(t.name) + "'";
-    if (std::string problem = name_problem(t.name); !problem.empty()) throw fail(problem);
-    need(2, "dtype");
-    const uint8_t dtype = dir[at], n_dims = dir[at + 1];
-    at += 2;
-    if (dtype > 2) throw fail("unknown dtype " + std::to_string(dtype) + " (expected 0 = f32, 1 = f16, 2 = bf16)");
-    t.dtype = static_cast<DType>(dtype);
-    if (n_dims == 0 || n_dims > kMaxDims)
-      throw fail("n_dims " + std::to_string(n_dims) + " (expected 1.." + std::to_string(kMaxDims) + ")");
-    need(uint64_t{n_dims} * 8 + 8 + 8 + 4, "shape");
-    uint64_t n_elements = 1;
-    for (unsigned d = 0; d < n_dims; ++d) {
-      const uint64_t dim = load_u64(dir + at);
-      at += 8;
-      t.shape.push_back(dim);
-      if (dim == 0) throw fail("dimension " + std::to_string(d) + " is 0 (expected >= 1)");
-      if (__builtin_mul_overflow(n_elements, dim, &n_elements))
-        throw fail("shape " + t.shape_string() + "... has more than 2^64 elements");
-    }
-    t.offset = load_u64(dir + at);
-    t.size = load_u64(dir + at + 8);
-    t.crc32 = load_u32(dir + at + 16);
-    at += 20;
-    uint64_t bytes;
-    if (__builtin_mul_overflow(n_elements, uint64_t{dtype_size(t.dtype)}, &bytes))
-      throw fail("shape " + t.shape_string() + " of " + dtype_name(t.dtype) + " is more than 2^64 bytes");
-    if (t.size != bytes)
-      throw fail("shape " + t.shape_string() + " has " + u64s(n_elements) + " elements but size " + u64s(t.size) +
-                 " bytes (expected " + u64s(bytes) + " bytes for " + dtype_name(t.dtype) + ")");
-    if (t.offset % kAlignment != 0) throw fail("data offset " + u64s(t.offset) + " is not a multiple of 64");
-    if (t.offset < data_offset)
-      throw fail("data offset " + u64s(t.offset) + " is before data_offset " + u64s(data_offset));
-    if (t.offset > real_size || t.size > real_size - t.offset)
-      throw fail("data [" + u64s(t.offset) + ", " + u64s(t.offset) + " + " + u64s(t.size) +
-                 ") runs past the end of the file (" + u64s(real_size) + " bytes)");
-    tensors.push_back(std::move(t));
+// ---- step 4: the directory ----
+// Parses entry `i` at dir[at..dir_size) with a bounds-checked cursor, advancing `at`; checks its name, dtype,
+// shape, that its size matches the shape, and that its data is 64-aligned, after data_offset and inside the file.
+TensorInfo read_entry(const std::string& P, uint32_t i, const unsigned char* dir, uint64_t dir_size, uint64_t& at,
+                      uint64_t data_offset, uint64_t real_size) {
+  std::string label = "tensor #" + std::to_string(i);
+  auto fail = [&](const std::string& what) { return file_error(P + ": " + label + ": " + what); };
+  auto need = [&](uint64_t bytes, const char* field) {
+    if (bytes > dir_size - at)
+      throw fail(std::string("directory entry runs past the directory end at ") + field + " (directory is " +
+                 u64s(dir_size) + " bytes)");
+  };
+  need(2, "name_len");
+  const uint16_t name_len = load_u16(dir + at);
+  at += 2;
+  if (name_len == 0 || name_len > kMaxNameLen)
+    throw fail("name_len " + std::to_string(name_len) + " (expected 1.." + std::to_string(kMaxNameLen) + ")");
+  need(name_len, "name");
+  TensorInfo t;
+  t.name.assign(reinterpret_cast<const char*>(dir + at), name_len);
+  at += name_len;
+  label = "tensor '" + quote_name(t.name) + "'";
+  if (std::string problem = name_problem(t.name); !problem.empty()) throw fail(problem);
+  need(2, "dtype");
+  const uint8_t dtype = dir[at], n_dims = dir[at + 1];
+  at += 2;
+  if (dtype > 2) throw fail("unknown dtype " + std::to_string(dtype) + " (expected 0 = f32, 1 = f16, 2 = bf16)");
+  t.dtype = static_cast<DType>(dtype);
+  if (n_dims == 0 || n_dims > kMaxDims)
+    throw fail("n_dims " + std::to_string(n_dims) + " (expected 1.." + std::to_string(kMaxDims) + ")");
+  need(uint64_t{n_dims} * 8 + 8 + 8 + 4, "shape");
+  uint64_t n_elements = 1;
+  for (unsigned d = 0; d < n_dims; ++d) {
+    const uint64_t dim = load_u64(dir + at);
+    at += 8;
+    t.shape.push_back(dim);
+    if (dim == 0) throw fail("dimension " + std::to_string(d) + " is 0 (expected >= 1)");
+    if (__builtin_mul_overflow(n_elements, dim, &n_elements))
+      throw fail("shape " + t.shape_string() + "... has more than 2^64 elements");
   }
-  if (at != dir_size)
-    throw header_error("directory has " + u64s(dir_size - at) + " bytes after its last entry (expected " +
-                       u64s(dir_size) + " bytes to hold exactly " + std::to_string(n_tensors) + " entries)");
-  for (const auto& t : tensors)  // the strings no longer move: views into them are stable
-    if (!names.insert(t.name).second) throw Error(P + ": tensor '" + quote_name(t.name) + "': duplicate name");
+  t.offset = load_u64(dir + at);
+  t.size = load_u64(dir + at + 8);
+  t.crc32 = load_u32(dir + at + 16);
+  at += 20;
+  uint64_t bytes;
+  if (__builtin_mul_overflow(n_elements, uint64_t{dtype_size(t.dtype)}, &bytes))
+    throw fail("shape " + t.shape_string() + " of " + dtype_name(t.dtype) + " is more than 2^64 bytes");
+  if (t.size != bytes)
+    throw fail("shape " + t.shape_string() + " has " + u64s(n_elements) + " elements but size " + u64s(t.size) +
+               " bytes (expected " + u64s(bytes) + " bytes for " + dtype_name(t.dtype) + ")");
+  if (t.offset % kAlignment != 0) throw fail("data offset " + u64s(t.offset) + " is not a multiple of 64");
+  if (t.offset < data_offset)
+    throw fail("data offset " + u64s(t.offset) + " is before data_offset " + u64s(data_offset));
+  if (t.offset > real_size || t.size > real_size - t.offset)
+    throw fail("data [" + u64s(t.offset) + ", " + u64s(t.offset) + " + " + u64s(t.size) +
+               ") runs past the end of the file (" + u64s(real_size) + " bytes)");
+  return t;
+}
 
-  // Overlap: sorted by offset, each tensor must end before the next begins.
+// Reads all n_tensors entries; the directory must hold exactly them. Nothing is allocated for n_tensors before it is
+// bounded by the directory's size.
+std::vector<TensorInfo> read_directory(const std::string& P, const unsigned char* dir, const Layout& l,
+                                       uint64_t real_size) {
+  if (uint64_t{l.n_tensors} > l.dir_size / kMinEntrySize)
+    throw file_error(P + ": header: " + std::to_string(l.n_tensors) + " tensors cannot fit in a " + u64s(l.dir_size) +
+                     "-byte directory (each entry is at least " + u64s(kMinEntrySize) + " bytes)");
+  std::vector<TensorInfo> tensors;
+  tensors.reserve(l.n_tensors);
+  uint64_t at = 0;  // cursor inside the directory
+  for (uint32_t i = 0; i < l.n_tensors; ++i)
+    tensors.push_back(read_entry(P, i, dir, l.dir_size, at, l.data_offset, real_size));
+  if (at != l.dir_size)
+    throw file_error(P + ": header: directory has " + u64s(l.dir_size - at) + " bytes after its last entry (expected " +
+                     u64s(l.dir_size) + " bytes to hold exactly " + std::to_string(l.n_tensors) + " entries)");
+  return tensors;
+}
+
+// ---- step 5: names and data ranges across tensors ----
+// Names are unique, and no two tensors' data overlap (sorted by offset, each ends before the next begins).
+void check_distinct(const std::string& P, const std::vector<TensorInfo>& tensors) {
+  std::unordered_set<std::string_view> names;
+  names.reserve(tensors.size());
+  for (const auto& t : tensors)
+    if (!names.insert(t.name).second) throw file_error(P + ": tensor '" + quote_name(t.name) + "': duplicate name");
   std::vector<uint32_t> order(tensors.size());
   for (uint32_t i = 0; i < order.size(); ++i) order[i] = i;
   std::sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) { return tensors[a].offset < tensors[b].offset; });
@@ -265,52 +308,76 @@ std::shared_ptr<const WeightFile> WeightFile::open(const std::string& path, cons
     const TensorInfo& a = tensors[order[k - 1]];
     const TensorInfo& b = tensors[order[k]];
     if (a.offset + a.size > b.offset)
-      throw Error(P + ": tensor '" + quote_name(b.name) + "': data at " + u64s(b.offset) + " overlaps tensor '" +
-                  quote_name(a.name) + "' [" + u64s(a.offset) + ", " + u64s(a.offset + a.size) + ")");
+      throw file_error(P + ": tensor '" + quote_name(b.name) + "': data at " + u64s(b.offset) + " overlaps tensor '" +
+                       quote_name(a.name) + "' [" + u64s(a.offset) + ", " + u64s(a.offset + a.size) + ")");
   }
+}
 
-  check_family_tensors(c, tensors, P);
+// ---- step 6: scan the data ----
+// Verifies each tensor's CRC-32 and/or counts its NaN/Inf values, as asked, over 4 MiB pieces in parallel.
+// Threads only pay off for big files: starting an OpenMP team costs ~10 us idle and milliseconds on a busy
+// machine, while 1 MiB takes ~50 us to checksum.
+void scan_data(const std::string& P, const unsigned char* h, const std::vector<TensorInfo>& tensors,
+               const LoadOptions& options) {
+  if (!options.verify_checksums && !options.check_finite) return;
+  uint64_t total_bytes = 0;
+  for (const auto& t : tensors) total_bytes += t.size;
+  const int n_threads = total_bytes >= (uint64_t{1} << 20) ? resolve_threads(options.n_threads) : 1;
+  std::vector<Piece> pieces = make_pieces(tensors);
+  const int64_t n_pieces = static_cast<int64_t>(pieces.size());
+  if (options.verify_checksums) {
+#pragma omp parallel for schedule(dynamic, 1) num_threads(n_threads) if (n_threads > 1)
+    for (int64_t k = 0; k < n_pieces; ++k)
+      pieces[k].result = scan_piece(h, pieces[k], [](const unsigned char* p, uint64_t n) { return crc32(p, n); });
+    std::vector<uint32_t> crc(tensors.size(), 0);
+    for (const Piece& p : pieces) crc[p.tensor] = crc32_combine(crc[p.tensor], static_cast<uint32_t>(p.result), p.size);
+    for (size_t i = 0; i < tensors.size(); ++i)
+      if (crc[i] != tensors[i].crc32)
+        throw file_error(P + ": tensor '" + quote_name(tensors[i].name) + "': checksum mismatch: stored CRC-32 " +
+                         hex32(tensors[i].crc32) + ", computed " + hex32(crc[i]) + " (the data is corrupt)");
+  }
+  if (options.check_finite) {
+#pragma omp parallel for schedule(dynamic, 1) num_threads(n_threads) if (n_threads > 1)
+    for (int64_t k = 0; k < n_pieces; ++k)
+      pieces[k].result = scan_piece(h, pieces[k], [&](const unsigned char* p, uint64_t n) {
+        return count_nonfinite_bytes(p, n, tensors[pieces[k].tensor].dtype);
+      });
+    std::vector<uint64_t> bad(tensors.size(), 0);
+    for (const Piece& p : pieces) bad[p.tensor] += p.result;
+    for (size_t i = 0; i < tensors.size(); ++i)
+      if (bad[i] != 0)
+        throw file_error(P + ": tensor '" + quote_name(tensors[i].name) + "': " + u64s(bad[i]) + " of " +
+                         u64s(tensors[i].n_elements()) + " values are NaN or Inf (expected finite weights)");
+  }
+}
+
+}  // namespace
+
+WeightFile::~WeightFile() {
+  if (map_) ::munmap(const_cast<unsigned char*>(map_), file_size_);
+}
+
+// The steps in order; each throws on the first thing wrong, so which message a broken file gets does not change.
+std::shared_ptr<const WeightFile> WeightFile::open(const std::string& path, const LoadOptions& options) {
+  std::shared_ptr<WeightFile> wf(new WeightFile());
+  wf->path_ = path;
+  const std::string& P = wf->path_;
+  wf->map_ = map_file(P, options, wf->file_size_);  // unmapped by ~WeightFile if a later step throws
+  const unsigned char* h = wf->map_;
+  const Layout layout = check_header(P, h, wf->file_size_, options.verify_checksums);
+  wf->config_ = read_config(P, h);
+  wf->tensors_ = read_directory(P, h + kHeaderSize, layout, wf->file_size_);
+  const std::vector<TensorInfo>& tensors = wf->tensors_;
+  check_distinct(P, tensors);
+  as_file_error([&] { check_family_tensors(wf->config_, tensors, P); });
 
   wf->by_name_.resize(tensors.size());
   for (uint32_t i = 0; i < tensors.size(); ++i) wf->by_name_[i] = i;
   std::sort(wf->by_name_.begin(), wf->by_name_.end(),
             [&](uint32_t a, uint32_t b) { return tensors[a].name < tensors[b].name; });
 
-  // ---- data scans ----
-  // Threads only pay off for big files: starting an OpenMP team costs ~10 us idle and milliseconds on a busy
-  // machine, while 1 MiB takes ~50 us to checksum.
-  uint64_t total_bytes = 0;
-  for (const auto& t : tensors) total_bytes += t.size;
-  const int n_threads = total_bytes >= (uint64_t{1} << 20) ? resolve_threads(options.n_threads) : 1;
-  if (options.verify_checksums || options.check_finite) {
-    std::vector<Piece> pieces = make_pieces(tensors);
-    const int64_t n_pieces = static_cast<int64_t>(pieces.size());
-    if (options.verify_checksums) {
-#pragma omp parallel for schedule(dynamic, 1) num_threads(n_threads) if (n_threads > 1)
-      for (int64_t k = 0; k < n_pieces; ++k)
-        pieces[k].result = scan_piece(h, pieces[k], [](const unsigned char* p, uint64_t n) { return crc32(p, n); });
-      std::vector<uint32_t> crc(tensors.size(), 0);
-      for (const Piece& p : pieces) crc[p.tensor] = crc32_combine(crc[p.tensor], static_cast<uint32_t>(p.result), p.size);
-      for (size_t i = 0; i < tensors.size(); ++i)
-        if (crc[i] != tensors[i].crc32)
-          throw Error(P + ": tensor '" + quote_name(tensors[i].name) + "': checksum mismatch: stored CRC-32 " +
-                      hex32(tensors[i].crc32) + ", computed " + hex32(crc[i]) + " (the data is corrupt)");
-      wf->checksums_verified_ = true;
-    }
-    if (options.check_finite) {
-#pragma omp parallel for schedule(dynamic, 1) num_threads(n_threads) if (n_threads > 1)
-      for (int64_t k = 0; k < n_pieces; ++k)
-        pieces[k].result = scan_piece(h, pieces[k], [&](const unsigned char* p, uint64_t n) {
-          return count_nonfinite_bytes(p, n, tensors[pieces[k].tensor].dtype);
-        });
-      std::vector<uint64_t> bad(tensors.size(), 0);
-      for (const Piece& p : pieces) bad[p.tensor] += p.result;
-      for (size_t i = 0; i < tensors.size(); ++i)
-        if (bad[i] != 0)
-          throw Error(P + ": tensor '" + quote_name(tensors[i].name) + "': " + u64s(bad[i]) + " of " +
-                      u64s(tensors[i].n_elements()) + " values are NaN or Inf (expected finite weights)");
-    }
-  }
+  scan_data(P, h, tensors, options);
+  wf->checksums_verified_ = options.verify_checksums;
   return wf;
 }
 
@@ -326,10 +393,10 @@ const TensorInfo& WeightFile::require(std::string_view name, const std::vector<u
   expected.shape = expected_shape;
   const TensorInfo* t = find(name);
   if (!t)
-    throw Error(path_ + ": tensor '" + quote_name(name) + "': missing (expected shape " + expected.shape_string() +
+    throw file_error(path_ + ": tensor '" + quote_name(name) + "': missing (expected shape " + expected.shape_string() +
                 ")");
   if (t->shape != expected_shape)
-    throw Error(path_ + ": tensor '" + quote_name(name) + "': shape " + t->shape_string() + " (expected " +
+    throw file_error(path_ + ": tensor '" + quote_name(name) + "': shape " + t->shape_string() + " (expected " +
                 expected.shape_string() + ")");
   return *t;
 }

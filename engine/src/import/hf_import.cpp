@@ -123,7 +123,8 @@ class ConfigFields final : public HfConfigFields {
     return kNoToken;
   }
   [[noreturn]] void unsupported(const std::string& what) const override {
-    throw Error(where_ + ": " + what + " is not supported by sqrtdk's " + family_ + " converter");
+    throw Error(ErrorKind::unsupported,
+                where_ + ": " + what + " is not supported by sqrtdk's " + family_ + " converter");
   }
 
  private:
@@ -383,7 +384,7 @@ ConvertResult convert_hf_checkpoint(const std::string& hf_dir, const std::string
     const SafetensorsTensor& t = *src->tensor;
     const std::string where = src->file->path() + ": tensor '" + quote_name(t.name) + "': ";
     if (!t.dtype)
-      throw Error(where + "dtype " + t.dtype_name + " is not supported (sqrtdk converts F32, F16 and BF16 weights)");
+      throw Error(ErrorKind::unsupported, where + "dtype " + t.dtype_name + " is not supported (sqrtdk converts F32, F16 and BF16 weights)");
     if (t.shape != p.source_shape)
       throw Error(where + "shape " + t.shape_string() + ", expected " + shape_text(p.source_shape) +
                   (p.transpose ? " (GPT-2 Conv1D weights are stored [in, out])" : "") + " from config.json");

@@ -23,6 +23,9 @@ using format_detail::quote_name;
 
 namespace {
 
+// Everything this reader throws is about the file: ErrorKind::bad_file.
+Error bad_file(const std::string& message) { return Error(ErrorKind::bad_file, message); }
+
 // A safetensors header is {name: {dtype, shape: [..], data_offsets: [..]}} (depth 3; __metadata__ is a flat
 // string map). The cap keeps a hostile header from building deep trees.
 constexpr int kMaxJsonDepth = 8;
@@ -48,7 +51,7 @@ std::string brief(const nlohmann::json& v) {
 
 uint64_t unsigned_value(const nlohmann::json& v, const std::string& where, const char* what) {
   if (!v.is_number_unsigned() && !(v.is_number_integer() && v.get<int64_t>() >= 0))
-    throw Error(where + what + " must hold non-negative integers below 2^64, got " + brief(v));
+    throw bad_file(where + what + " must hold non-negative integers below 2^64, got " + brief(v));
   return v.get<uint64_t>();
 }
 
@@ -62,15 +65,15 @@ std::string SafetensorsTensor::shape_string() const {
 
 std::vector<SafetensorsTensor> parse_safetensors(const unsigned char* bytes, uint64_t size, const std::string& where) {
   const std::string w = where + ": ";
-  if (size < 8) throw Error(w + "file of " + std::to_string(size) + " bytes is too short for a safetensors header");
+  if (size < 8) throw bad_file(w + "file of " + std::to_string(size) + " bytes is too short for a safetensors header");
   uint64_t header_len;
   std::memcpy(&header_len, bytes, 8);
   if (header_len > kMaxSafetensorsHeaderBytes)
-    throw Error(w + "header length " + std::to_string(header_len) + " is over the " +
-                std::to_string(kMaxSafetensorsHeaderBytes) + "-byte limit (not a safetensors file?)");
+    throw bad_file(w + "header length " + std::to_string(header_len) + " is over the " +
+                   std::to_string(kMaxSafetensorsHeaderBytes) + "-byte limit (not a safetensors file?)");
   if (header_len > size - 8)
-    throw Error(w + "header length " + std::to_string(header_len) + " runs past the end of the file (" +
-                std::to_string(size) + " bytes; truncated?)");
+    throw bad_file(w + "header length " + std::to_string(header_len) + " runs past the end of the file (" +
+                   std::to_string(size) + " bytes; truncated?)");
   const uint64_t data_start = 8 + header_len, data_size = size - data_start;
   const char* text = reinterpret_cast<const char*>(bytes + 8);
 
@@ -90,59 +93,60 @@ std::vector<SafetensorsTensor> parse_safetensors(const unsigned char* bytes, uin
           return true;
         });
   } catch (const nlohmann::json::exception& e) {
-    throw Error(w + "header is not valid JSON: " + e.what());
+    throw bad_file(w + "header is not valid JSON: " + e.what());
   } catch (const TooDeep&) {
-    throw Error(w + "header JSON nests deeper than " + std::to_string(kMaxJsonDepth) + " levels");
+    throw bad_file(w + "header JSON nests deeper than " + std::to_string(kMaxJsonDepth) + " levels");
   } catch (const Duplicate& d) {
-    throw Error(w + "tensor '" + quote_name(d.name) + "' appears twice in the header");
+    throw bad_file(w + "tensor '" + quote_name(d.name) + "' appears twice in the header");
   }
-  if (!header.is_object()) throw Error(w + "header is not a JSON object");
+  if (!header.is_object()) throw bad_file(w + "header is not a JSON object");
 
   std::vector<SafetensorsTensor> tensors;
   tensors.reserve(header.size());
   for (const auto& [name, entry] : header.items()) {
     if (name == "__metadata__") continue;
     const std::string t = w + "tensor '" + quote_name(name) + "': ";
-    if (name.empty()) throw Error(w + "a tensor has an empty name");
-    if (!entry.is_object()) throw Error(t + "entry is not a JSON object");
+    if (name.empty()) throw bad_file(w + "a tensor has an empty name");
+    if (!entry.is_object()) throw bad_file(t + "entry is not a JSON object");
     for (const char* key : {"dtype", "shape", "data_offsets"})
-      if (!entry.contains(key)) throw Error(t + "no '" + key + "' field");
+      if (!entry.contains(key)) throw bad_file(t + "no '" + key + "' field");
     const auto& dtype = entry["dtype"];
     const auto& shape = entry["shape"];
     const auto& offsets = entry["data_offsets"];
     SafetensorsTensor info;
     info.name = name;
-    if (!dtype.is_string()) throw Error(t + "dtype must be a string, got " + brief(dtype));
+    if (!dtype.is_string()) throw bad_file(t + "dtype must be a string, got " + brief(dtype));
     info.dtype_name = dtype.get<std::string>();
     const DTypeEntry* known = nullptr;
     for (const auto& d : kDTypes)
       if (info.dtype_name == d.name) known = &d;
-    if (!known) throw Error(t + "unknown dtype " + brief(dtype) + " (sqrtdk reads F32, F16 and BF16)");
+    if (!known) throw bad_file(t + "unknown dtype " + brief(dtype) + " (sqrtdk reads F32, F16 and BF16)");
     info.dtype = known->dtype;
-    if (!shape.is_array()) throw Error(t + "shape must be an array, got " + brief(shape));
-    if (shape.size() > 16) throw Error(t + "shape has " + std::to_string(shape.size()) + " dimensions (at most 16)");
+    if (!shape.is_array()) throw bad_file(t + "shape must be an array, got " + brief(shape));
+    if (shape.size() > 16) throw bad_file(t + "shape has " + std::to_string(shape.size()) + " dimensions (at most 16)");
     info.n_elements = 1;
     for (const auto& d : shape) {
       info.shape.push_back(unsigned_value(d, t, "shape"));
       if (__builtin_mul_overflow(info.n_elements, info.shape.back(), &info.n_elements))
-        throw Error(t + "shape " + info.shape_string() + "... element count overflows 64 bits");
+        throw bad_file(t + "shape " + info.shape_string() + "... element count overflows 64 bits");
     }
     uint64_t bytes_needed;
     if (__builtin_mul_overflow(info.n_elements, known->size, &bytes_needed))
-      throw Error(t + "shape " + info.shape_string() + " byte size overflows 64 bits");
+      throw bad_file(t + "shape " + info.shape_string() + " byte size overflows 64 bits");
     if (!offsets.is_array() || offsets.size() != 2)
-      throw Error(t + "data_offsets must be [begin, end], got " + brief(offsets));
+      throw bad_file(t + "data_offsets must be [begin, end], got " + brief(offsets));
     const uint64_t begin = unsigned_value(offsets[0], t, "data_offsets");
     const uint64_t end = unsigned_value(offsets[1], t, "data_offsets");
     if (begin > end)
-      throw Error(t + "data_offsets [" + std::to_string(begin) + ", " + std::to_string(end) + "] end before they begin");
+      throw bad_file(t + "data_offsets [" + std::to_string(begin) + ", " + std::to_string(end) +
+                     "] end before they begin");
     if (end > data_size)
-      throw Error(t + "data_offsets [" + std::to_string(begin) + ", " + std::to_string(end) +
-                  "] run past the data section (" + std::to_string(data_size) + " bytes; truncated file?)");
+      throw bad_file(t + "data_offsets [" + std::to_string(begin) + ", " + std::to_string(end) +
+                     "] run past the data section (" + std::to_string(data_size) + " bytes; truncated file?)");
     if (end - begin != bytes_needed)
-      throw Error(t + "data_offsets [" + std::to_string(begin) + ", " + std::to_string(end) + "] hold " +
-                  std::to_string(end - begin) + " bytes, but " + info.dtype_name + " " + info.shape_string() +
-                  " needs " + std::to_string(bytes_needed));
+      throw bad_file(t + "data_offsets [" + std::to_string(begin) + ", " + std::to_string(end) + "] hold " +
+                     std::to_string(end - begin) + " bytes, but " + info.dtype_name + " " + info.shape_string() +
+                     " needs " + std::to_string(bytes_needed));
     info.offset = data_start + begin;
     info.size = bytes_needed;
     tensors.push_back(std::move(info));
@@ -155,7 +159,7 @@ std::vector<SafetensorsTensor> parse_safetensors(const unsigned char* bytes, uin
   for (const auto& t : tensors) {
     if (t.size == 0) continue;
     if (furthest && t.offset < furthest->offset + furthest->size)
-      throw Error(w + "tensors '" + quote_name(furthest->name) + "' and '" + quote_name(t.name) + "' overlap");
+      throw bad_file(w + "tensors '" + quote_name(furthest->name) + "' and '" + quote_name(t.name) + "' overlap");
     if (!furthest || t.offset + t.size > furthest->offset + furthest->size) furthest = &t;
   }
   return tensors;
@@ -164,11 +168,11 @@ std::vector<SafetensorsTensor> parse_safetensors(const unsigned char* bytes, uin
 std::unique_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) {
   // O_NONBLOCK: a FIFO planted under the file's name must not hang the open (fstat then refuses it).
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0) throw Error(path + ": cannot open: " + std::strerror(errno));
+  if (fd < 0) throw bad_file(path + ": cannot open: " + std::strerror(errno));
   struct stat st {};
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     ::close(fd);
-    throw Error(path + ": not a regular file");
+    throw bad_file(path + ": not a regular file");
   }
   std::unique_ptr<SafetensorsFile> file(new SafetensorsFile());
   file->path_ = path;
@@ -178,7 +182,7 @@ std::unique_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) 
     void* map = ::mmap(nullptr, file->size_, PROT_READ, MAP_PRIVATE, fd, 0);
     if (map == MAP_FAILED) {
       const int err = errno;
-      throw Error(path + ": cannot map: " + std::strerror(err));
+      throw bad_file(path + ": cannot map: " + std::strerror(err));
     }
     file->map_ = static_cast<const unsigned char*>(map);
   }
@@ -202,13 +206,14 @@ const SafetensorsTensor* SafetensorsFile::find(std::string_view name) const {
 }
 
 void SafetensorsFile::read(uint64_t offset, uint64_t size, void* dst) const {
-  if (offset > size_ || size > size_ - offset) throw Error(path_ + ": read past the end of the file");
+  if (offset > size_ || size > size_ - offset) throw bad_file(path_ + ": read past the end of the file");
   auto* p = static_cast<unsigned char*>(dst);
   while (size > 0) {
     const ssize_t n = ::pread(fd_, p, size > (uint64_t{1} << 30) ? (size_t{1} << 30) : size, static_cast<off_t>(offset));
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) throw Error(path_ + ": read failed at offset " + std::to_string(offset) + ": " +
-                            (n < 0 ? std::strerror(errno) : "the file is shorter than when it was opened"));
+    if (n <= 0)
+      throw bad_file(path_ + ": read failed at offset " + std::to_string(offset) + ": " +
+                     (n < 0 ? std::strerror(errno) : "the file is shorter than when it was opened"));
     p += n;
     offset += static_cast<uint64_t>(n);
     size -= static_cast<uint64_t>(n);

@@ -8,9 +8,10 @@
 // the JSON with nlohmann-json (nesting depth capped, duplicate names refused), and for every entry: a known dtype,
 // a shape of non-negative integers whose element count and byte size do not overflow, data_offsets with
 // begin <= end <= data section size and end - begin = bytes, and no two tensors overlapping. `__metadata__` is
-// ignored. Every failure is a sqrtdk::Error "<where>: ..." naming the tensor. The dtypes sqrtdk computes with are
-// F32, F16 and BF16; the other dtypes of the safetensors spec (I64, BOOL, F8_*, ...) are accepted by the parser so
-// a checkpoint's integer buffers can be skipped, and the importer refuses them by name if a weight has one.
+// ignored. Every failure is a sqrtdk::Error of kind bad_file, "<where>: ..." naming the tensor. The dtypes sqrtdk
+// computes with are F32, F16 and BF16; the other dtypes of the safetensors spec (I64, BOOL, F8_*, ...) are accepted
+// by the parser so a checkpoint's integer buffers can be skipped, and the importer refuses them by name if a weight
+// has one.
 #pragma once
 
 #include <sqrtdk/format.h>

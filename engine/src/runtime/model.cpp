@@ -77,7 +77,7 @@ class Loader final : public WeightLoader {
       try {
         scratch_.allocate(N * K);
       } catch (const Error& e) {
-        throw Error(file_.path() + ": tensor '" + names[0].first + "': f32 staging buffer: " + e.what());
+        throw Error(e.kind(), file_.path() + ": tensor '" + names[0].first + "': f32 staging buffer: " + e.what());
       }
       float* dst = scratch_.data();
       for (const TensorInfo* t : infos) {
@@ -90,7 +90,7 @@ class Loader final : public WeightLoader {
     try {
       packed = ops::PackedWeights::pack(src, N, K, K, isa_, ops::default_gemm_backend(), rows_consumed);
     } catch (const Error& e) {
-      throw Error(file_.path() + ": tensor '" + names[0].first + "' [" + std::to_string(N) + ", " +
+      throw Error(e.kind(), file_.path() + ": tensor '" + names[0].first + "' [" + std::to_string(N) + ", " +
                   std::to_string(K) + "]: packing failed: " + e.what());
     }
     if (!rows_consumed)  // staged through f32 scratch: the file pages are done with now (else dropped while packing)
@@ -115,11 +115,12 @@ std::shared_ptr<const Model> Model::load(const std::string& path, const ModelOpt
   if (load.n_threads == 0) load.n_threads = options.n_threads;
   m.file = WeightFile::open(path, load);
   m.weights.config = m.file->config();
-  if (options.isa > static_cast<int>(Isa::avx512))
+  if (options.isa > static_cast<int>(kHighestIsa))
     throw Error("Model::load: bad ISA value " + std::to_string(options.isa));
   m.weights.isa = options.isa < 0 ? default_isa() : static_cast<Isa>(options.isa);
   if (!cpu_supports(m.weights.isa))
-    throw Error(std::string("Model::load: this CPU does not support ISA ") + isa_name(m.weights.isa));
+    throw Error(ErrorKind::unsupported,
+                std::string("Model::load: this CPU does not support ISA ") + isa_name(m.weights.isa));
   const ModelConfig& c = m.weights.config;
   m.family = &family_of(c);
   m.n_params = c.n_params();

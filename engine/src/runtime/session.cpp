@@ -39,7 +39,7 @@ Session::Session(std::shared_ptr<const Model> model, const SessionOptions& optio
     s.v_cache.allocate(cache);
   } catch (const Error& e) {
     // Name what was being allocated and the knob that sizes it; the failed session is simply not created.
-    throw Error("Session: the KV cache for max_context " + std::to_string(s.max_context) + " needs " +
+    throw Error(e.kind(), "Session: the KV cache for max_context " + std::to_string(s.max_context) + " needs " +
                 std::to_string(2 * cache * sizeof(float) >> 20) + " MiB: " + e.what() +
                 " (set SessionOptions::max_context lower)");
   }
@@ -52,7 +52,7 @@ Session::Session(std::shared_ptr<const Model> model, const SessionOptions& optio
     s.hb.allocate(s.max_batch * widths.hidden);
     if (widths.gate) s.hb2.allocate(s.max_batch * widths.gate);
   } catch (const Error& e) {
-    throw Error("Session: scratch for max_batch " + std::to_string(s.max_batch) + ": " + e.what() +
+    throw Error(e.kind(), "Session: scratch for max_batch " + std::to_string(s.max_batch) + ": " + e.what() +
                 " (set SessionOptions::max_batch lower)");
   }
 }
@@ -71,8 +71,9 @@ std::span<const float> Session::prefill(std::span<const uint32_t> tokens, bool a
       throw Error("prefill: token " + std::to_string(i) + " has id " + std::to_string(tokens[i]) +
                   ", outside the vocabulary [0, " + std::to_string(c.n_vocab) + ")");
   if (s.n_past + tokens.size() > s.max_context)
-    throw Error("prefill: context too long: " + std::to_string(s.n_past) + " tokens in the session + " +
-                std::to_string(tokens.size()) + " new > limit " + std::to_string(s.max_context));
+    throw Error(ErrorKind::context_full, "prefill: context too long: " + std::to_string(s.n_past) +
+                                             " tokens in the session + " + std::to_string(tokens.size()) +
+                                             " new > limit " + std::to_string(s.max_context));
 
   s.logits.clear();
   // Capture: [n_heads][tokens.size()][n_past + tokens.size()], filled chunk by chunk (masked keys stay 0).

@@ -15,6 +15,7 @@
 namespace sqrtdk {
 
 enum class Isa { ref = 0, avx2 = 1, avx512 = 2 };
+inline constexpr Isa kHighestIsa = Isa::avx512;  // the last level of the chain (range checks)
 
 // "ref", "avx2", "avx512".
 const char* isa_name(Isa isa);
