@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Sets up, builds and runs every test with CTest:
-#   1. release: unit, golden, CLI, C API and benchmark smoke tests;
+#   1. release: tools/check_setup_packages.py (every package the configure used is installed by tools/setup.sh),
+#      then unit, golden, CLI, C API, install and benchmark smoke tests;
 #   2. asan: the same suite under AddressSanitizer + UndefinedBehaviorSanitizer (benchmarks excluded);
 #   3. tsan: the concurrency test cases under ThreadSanitizer (clang + libomp, with LLVM's Archer OMPT tool so TSan
 #      sees OpenMP's barriers; only sqrtdk-tests is built);
@@ -22,6 +23,10 @@ stage_done() { local now; now=$(date +%s); echo "== $1: done in $(( now - stage_
 if want release; then
   echo "== release: build"
   cmake --preset release >/dev/null
+  # Every package the configure used must come from setup.sh's list (or a hard dependency of it): a package that
+  # happens to be on this machine must not hide a missing install step (it once did: ocl-icd-opencl-dev).
+  /usr/bin/python3 tools/check_setup_packages.py build/release
+  /usr/bin/python3 tools/check_setup_packages.py build/release --self-test
   cmake --build --preset release -j"$jobs"
   echo "== release: ctest"
   ctest --preset release -j"$jobs"

@@ -2,10 +2,13 @@
 // name the option or the file, --help with examples on every subcommand, and every subcommand running with no
 // arguments on the bundled model. Runs bin/sqrtdk as a child process (skipped if it is not built).
 #include "tests/common/temp_dir.h"
+#include "tests/common/toy_model.h"
 
 #include <doctest/doctest.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -31,9 +34,11 @@ std::string slurp(const std::string& path) {
   return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
 }
 
-CliResult run_cli(const TempDir& dir, const std::string& args) {
+// env: "NAME=value ..." set for the child only (through env(1)), or "".
+CliResult run_cli(const TempDir& dir, const std::string& args, const std::string& env = "") {
   const std::string out = dir.file("stdout.txt"), err = dir.file("stderr.txt");
-  const std::string cmd = "'" + kCli + "' " + args + " >'" + out + "' 2>'" + err + "' </dev/null";
+  const std::string cmd = (env.empty() ? "" : "env " + env + " ") + "'" + kCli + "' " + args + " >'" + out +
+                          "' 2>'" + err + "' </dev/null";
   const int status = std::system(cmd.c_str());
   CliResult r;
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
@@ -75,6 +80,25 @@ void expect_one_line_errors(const TempDir& dir, const std::vector<ErrorCase>& ca
   }
 }
 
+bool contains(const std::string& s, const std::string& what) { return s.find(what) != std::string::npos; }
+
+// A toy llama whose norm weights are all NaN: every logit comes out NaN.
+std::string nan_model(const TempDir& dir) {
+  const ModelConfig c = toy_llama_config();
+  std::vector<std::vector<float>> storage;
+  std::vector<TensorToWrite> tensors;
+  for (const TensorSpec& spec : family_tensors(c)) {
+    uint64_t n = 1;
+    for (uint64_t d : spec.shape) n *= d;
+    const bool is_norm = spec.name.find("norm") != std::string::npos;
+    storage.emplace_back(n, is_norm ? std::nanf("") : 0.01f);
+    tensors.push_back({spec.name, DType::f32, spec.shape, storage.back().data()});
+  }
+  const std::string path = dir.file("nan.sqdk");
+  write_weight_file(path, c, tensors);
+  return path;
+}
+
 }  // namespace
 
 TEST_CASE("cli: usage errors exit 1 with one line on stderr naming the option") {
@@ -97,6 +121,24 @@ TEST_CASE("cli: usage errors exit 1 with one line on stderr naming the option") 
       {"profile --decode -2", "--decode"},
       {"inspect a.sqdk b.sqdk", "b.sqdk"},
       {"inspect --model", "--model"},
+      // CLI11's own range messages ("Value 2 not in range 0.000000 to 1.000000") never leak: ours say what was
+      // expected. NaN, infinities and a top-p of 0 are refused here, not later with exit 2.
+      {"generate --top-p 2", "--top-p: expected a number > 0 and ≤ 1, got '2'"},
+      {"generate --top-p 0", "--top-p"},
+      {"generate --top-p nan", "--top-p"},
+      {"generate --temperature nan", "--temperature"},
+      {"generate --temperature inf", "--temperature"},
+      {"explain-scaling --dk 0", "--dk: expected an integer ≥ 1"},
+      {"explain-scaling --keys 1", "--keys"},
+      {"explain-scaling --samples 1", "--samples"},
+      {"generate --stop ''", "--stop"},
+      {"bench --threads 1,x", "--threads"},
+      // An unknown ISA is a usage error (was exit 2), from every subcommand that takes --isa.
+      {"run --isa sse2", "--isa: expected ref, avx2 or avx512, got 'sse2'"},
+      {"explain-scaling --isa sse2", "--isa"},
+      {"attention-map --max-svg-mb -1", "--max-svg-mb"},
+      {"bench --prefill 0 --threads 1 --reps 1", "--prefill"},  // was exit 2 "prefill: no tokens"
+      {"generate --seed abc", "--seed: 'abc' is not a value"},
   };
   expect_one_line_errors(dir, cases, 1, "sqrtdk: usage error: ", "--help");  // and says where to look
 }
@@ -119,6 +161,168 @@ TEST_CASE("cli: bad input exits 2 with one line naming the file or the token") {
       {"generate --tokens 5,70000 -n 2", "70000"},
   };
   expect_one_line_errors(dir, cases, 2, "sqrtdk: error: ");
+}
+
+TEST_CASE("cli: no CLI11 range message leaks from any usage error") {
+  if (!std::filesystem::exists(kCli)) return;
+  TempDir dir;
+  for (const std::string args : {"generate --top-p 2", "explain-scaling --dk 0", "explain-scaling --samples 1"}) {
+    CAPTURE(args);
+    const CliResult r = run_cli(dir, args);
+    CHECK(r.exit_code == 1);
+    CHECK_FALSE(contains(r.err, "not in range"));
+    CHECK_FALSE(contains(r.err, "0.000000"));
+  }
+}
+
+TEST_CASE("cli: --version prints the version and exits 0") {
+  if (!std::filesystem::exists(kCli)) return;
+  TempDir dir;
+  for (const std::string args : {"--version", "-V"}) {
+    const CliResult r = run_cli(dir, args);
+    CHECK(r.exit_code == 0);
+    CHECK(r.out.rfind("sqrtdk 0.", 0) == 0);
+    CHECK(contains(r.out, "default.sqdk"));
+    CHECK(r.err.empty());
+  }
+}
+
+TEST_CASE("cli: bench clamps its default lengths to the model's context (so it runs with no arguments)") {
+  if (!std::filesystem::exists(kCli)) return;
+  TempDir dir;
+  // The bundled model's context is 256 tokens: the default prefill 32,128,512 used to fail outright. (One thread,
+  // one rep and a short decode keep this quick on a busy machine; the prefill lengths are the defaults.)
+  const CliResult r = run_cli(dir, "bench --threads 1 --reps 1 --decode 8 --quiet");
+  CAPTURE(r.err);
+  CHECK(r.exit_code == 0);
+  CHECK(contains(r.err, "defaults were clamped: prefill 32,128,512 -> 32,128"));
+  CHECK(contains(r.out, "prefill 128 tok/s"));
+  CHECK_FALSE(contains(r.out, "prefill 512"));
+  // Lengths the user asked for are not clamped: they are an error.
+  const CliResult given = run_cli(dir, "bench --prefill 512 --reps 1");
+  CHECK(given.exit_code == 1);
+  CHECK(contains(given.err, "max_seq"));
+}
+
+TEST_CASE("cli: profile clamps its default lengths to a small model's context") {
+  if (!std::filesystem::exists(kCli)) return;
+  TempDir dir;
+  const std::string toy = dir.file("toy.sqdk");
+  REQUIRE(run_cli(dir, "make-toy --arch llama --seed 1 --max-seq 40 -o '" + toy + "'").exit_code == 0);
+  const CliResult r = run_cli(dir, "profile --quiet -t 1 --peak-gflops 100 --bandwidth-gbs 10 --model '" + toy + "'");
+  CAPTURE(r.err);
+  CHECK(r.exit_code == 0);
+  CHECK(contains(r.err, "the model's context is 40 tokens, so the defaults were clamped: prefill 30, decode 10"));
+  CHECK(run_cli(dir, "profile --prefill 100 --model '" + toy + "'").exit_code == 1);  // given: an error
+}
+
+TEST_CASE("cli: --threads reaches the loader") {
+  if (!std::filesystem::exists(kCli)) return;
+  TempDir dir;
+  // The bundled model (8 MB) is big enough for the load's threaded CRC scan; -t bounds it like the forward pass.
+  for (int t : {1, 2}) {
+    const CliResult r = run_cli(dir, "run --threads " + std::to_string(t), "SQRTDK_VERBOSE=1");
+    CAPTURE(r.err);
+    CHECK(r.exit_code == 0);
+    CHECK(contains(r.err, "scans on up to " + std::to_string(t) + " thread"));
+  }
+}
+
+TEST_CASE("cli: generate --stop takes text as well as token ids") {
+  if (!std::filesystem::exists(kCli)) return;
+  TempDir dir;
+  // Text: greedy decoding of the bundled model goes "Once upon a time that the son of the LORD of the LORD ...";
+  // --stop LORD stops right after the first "LORD", which is included (as a stop token is).
+  const std::string base = "generate -t 1 --prompt 'Once upon a time' --temperature 0 -n 60 --json ";
+  const CliResult text = run_cli(dir, base + "--stop LORD");
+  CAPTURE(text.err);
+  REQUIRE(text.exit_code == 0);
+  const auto j = nlohmann::json::parse(text.out);
+  CHECK(j["stop_reason"] == "stop_text");
+  const std::string generated = j["text"];
+  CAPTURE(generated);
+  REQUIRE(generated.size() >= 4);
+  CHECK(generated.substr(generated.size() - 4) == "LORD");
+  CHECK(generated.find("LORD") == generated.size() - 4);
+  // Token ids (digits and commas): 68 is 'D', first generated at the end of that "LORD": the same stop point.
+  const CliResult ids = run_cli(dir, base + "--stop 68");
+  REQUIRE(ids.exit_code == 0);
+  const auto k = nlohmann::json::parse(ids.out);
+  CHECK(k["stop_reason"] == "stop_token");
+  CHECK(k["tokens"] == j["tokens"]);
+  // "." is text (it used to be parsed as a token id and rejected under the name --tokens).
+  const CliResult dot = run_cli(dir, "generate -t 1 -n 4 --stop .");
+  CHECK(dot.exit_code == 0);
+  CHECK_FALSE(contains(dot.err, "--tokens"));
+  // --stop-text forces text even when it is all digits; an id outside the vocabulary names --stop.
+  CHECK(run_cli(dir, "generate -t 1 --temperature 0 -n 8 --stop-text 10 --json").exit_code == 0);
+  const CliResult bad = run_cli(dir, "generate -n 2 --stop 99999");
+  CHECK(bad.exit_code == 2);
+  CHECK(contains(bad.err, "--stop: token id 99999"));
+  CHECK(lines(bad.err) == 1);
+}
+
+TEST_CASE("cli: attention-map caps the SVG size and says so") {
+  if (!std::filesystem::exists(kCli)) return;
+  TempDir dir;
+  const std::string prompt(224, 'a');  // + BOS = 225 tokens: 8 heads made a 30 MB SVG
+  const std::string out = dir.file("map.svg");
+  const CliResult big = run_cli(dir, "attention-map --no-png --prompt '" + prompt + "' --out '" + out + "'");
+  CAPTURE(big.err);
+  CHECK(big.exit_code == 1);
+  CHECK(lines(big.err) == 1);
+  CHECK(contains(big.err, "--max-svg-mb"));
+  CHECK(contains(big.err, "--head"));
+  CHECK_FALSE(std::filesystem::exists(out));
+  // One head fits, and the size is printed.
+  const CliResult one = run_cli(dir, "attention-map --no-png --head 0 --prompt '" + prompt + "' --out '" + out + "'");
+  CAPTURE(one.err);
+  CHECK(one.exit_code == 0);
+  CHECK(contains(one.out, " MB)"));
+  CHECK(std::filesystem::file_size(out) < 8u * 1048576);
+}
+
+TEST_CASE("cli: profile says 'calibrating' only when it measures, and where the roofs came from") {
+  if (!std::filesystem::exists(kCli)) return;
+  TempDir dir;
+  const std::string env = "XDG_CACHE_HOME='" + dir.file("cache") + "'";
+  const CliResult first = run_cli(dir, "profile --quiet --prefill 8 --decode 2", env);
+  CAPTURE(first.err);
+  REQUIRE(first.exit_code == 0);
+  CHECK(contains(first.out, "roofs (measured ("));  // "measured (cached in ...)" or "measured (not cached: why)"
+  const bool cached = contains(first.out, "cached in ");
+  CHECK(cached == std::filesystem::exists(dir.file("cache/sqrtdk/roofs.json")));
+  const CliResult second = run_cli(dir, "profile --prefill 8 --decode 2", env);
+  CAPTURE(second.err);
+  REQUIRE(second.exit_code == 0);
+  if (cached) {  // a quiet machine: the second run reads the cache and does not claim to calibrate
+    CHECK(contains(second.out, "roofs (cache "));
+    CHECK(contains(second.out, "load average"));
+    CHECK_FALSE(contains(second.err, "calibrating"));
+  } else {  // a busy machine: measured again, and says it
+    CHECK(contains(second.out, "not cached: "));
+    CHECK(contains(second.err, "calibrating"));
+  }
+}
+
+TEST_CASE("cli: NaN logits are a clear error, never a silent 'p = nan'") {
+  if (!std::filesystem::exists(kCli)) return;
+  TempDir dir;
+  const std::string model = nan_model(dir);
+  const CliResult run = run_cli(dir, "run --tokens 1,2,3 --model '" + model + "'");
+  CAPTURE(run.out);
+  // (If loading ever refuses NaN weights by default, that error names NaN too: either way, no silent table.)
+  CHECK(run.exit_code == 2);
+  CHECK(lines(run.err) == 1);
+  CHECK(contains(run.err, "NaN"));
+  CHECK(contains(run.err, model));
+  CHECK_FALSE(contains(run.out, "nan"));
+  for (const std::string sampling : {"--temperature 0", "--temperature 1 --top-k 5 --top-p 0.9"}) {
+    const CliResult gen = run_cli(dir, "generate --tokens 1,2,3 -n 3 " + sampling + " --model '" + model + "'");
+    CHECK(gen.exit_code == 2);
+    CHECK(lines(gen.err) == 1);
+    CHECK(contains(gen.err, "NaN"));
+  }
 }
 
 TEST_CASE("cli: --help on every subcommand exits 0 and shows examples") {

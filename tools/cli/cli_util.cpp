@@ -14,7 +14,8 @@ namespace sqrtdk::cli {
 void ModelArgs::add_to(CLI::App& cmd, bool with_threads) {
   cmd.add_option("-m,--model", model, "model file (.sqdk); default: the bundled model")->capture_default_str();
   if (with_threads) cmd.add_option("-t,--threads", threads, "threads (0: all cores)")->check(number_in(0, 1024));
-  cmd.add_option("--isa", isa, "force an ISA: ref, avx2, avx512 (default: best, or SQRTDK_ISA)");
+  cmd.add_option("--isa", isa, "force an ISA: ref, avx2, avx512 (default: best, or SQRTDK_ISA)")
+      ->check(isa_name_check());
   cmd.add_flag("--no-verify", no_verify, "skip the per-tensor CRC-32 check at load");
   cmd.add_flag("--check-finite", check_finite, "refuse a model whose weights hold NaN or Inf (names the tensor)");
   cmd.add_option("--max-model-mb", max_model_mb, "refuse model files larger than this (MiB; 0 = no cap)")
@@ -37,7 +38,7 @@ void PromptArgs::add_to(CLI::App& cmd, const std::string& default_prompt) {
   cmd.add_option("--tokens", tokens, "prompt as comma-separated token ids, e.g. 5,17,42")->excludes(p);
 }
 
-std::vector<uint32_t> parse_token_list(const std::string& text) {
+std::vector<uint32_t> parse_token_list(const std::string& text, const std::string& flag) {
   std::vector<uint32_t> ids;
   std::stringstream ss(text);
   for (std::string item; std::getline(ss, item, ',');) {
@@ -49,10 +50,12 @@ std::vector<uint32_t> parse_token_list(const std::string& text) {
       used = 0;
     }
     if (used == 0 || used != item.size() || v > 0xFFFFFFFEull)
-      throw CLI::ValidationError("--tokens", "'" + item + "' is not a token id");
+      throw CLI::ValidationError(flag, "'" + item + "' is not a" + (flag == "--tokens" || flag == "--stop"
+                                                                         ? " token id"
+                                                                         : "n integer ≥ 0"));
     ids.push_back(static_cast<uint32_t>(v));
   }
-  if (ids.empty()) throw CLI::ValidationError("--tokens", "no token ids given");
+  if (ids.empty()) throw CLI::ValidationError(flag, "no values given");
   return ids;
 }
 
@@ -136,13 +139,13 @@ std::vector<uint32_t> synthetic_tokens(const ModelConfig& config, size_t n) {
   return ids;
 }
 
-CLI::Validator number_in(double lo, double hi, bool integer) {
+CLI::Validator number_in(double lo, double hi, bool integer, bool lo_open) {
   auto fmt = [](double v) {
     std::ostringstream o;
     o << v;
     return o.str();
   };
-  std::string expected = std::string(integer ? "an integer" : "a number") + " ≥ " + fmt(lo);
+  std::string expected = std::string(integer ? "an integer" : "a number") + (lo_open ? " > " : " ≥ ") + fmt(lo);
   if (hi < 1e18) expected += " and ≤ " + fmt(hi);
   return CLI::Validator(
       [=](std::string& text) -> std::string {
@@ -153,10 +156,32 @@ CLI::Validator number_in(double lo, double hi, bool integer) {
         } catch (const std::exception&) {
           used = 0;
         }
-        const bool ok = used == text.size() && used > 0 && v >= lo && v <= hi && (!integer || v == std::floor(v));
+        const bool ok = used == text.size() && used > 0 && std::isfinite(v) && (lo_open ? v > lo : v >= lo) &&
+                        v <= hi && (!integer || v == std::floor(v));
         return ok ? std::string() : "expected " + expected + ", got '" + text + "'";
       },
       expected);
+}
+
+CLI::Validator isa_name_check() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        for (Isa isa : {Isa::ref, Isa::avx2, Isa::avx512})
+          if (text == isa_name(isa))
+            return cpu_supports(isa) ? std::string()
+                                     : "this CPU does not support " + text + " (best here: " +
+                                           isa_name(default_isa()) + ")";
+        return "expected ref, avx2 or avx512, got '" + text + "'";
+      },
+      "ref|avx2|avx512");
+}
+
+std::vector<uint32_t> clamp_default_lengths(const std::vector<uint32_t>& lengths, uint32_t limit) {
+  std::vector<uint32_t> kept;
+  for (uint32_t n : lengths)
+    if (n <= limit) kept.push_back(n);
+  if (kept.empty()) kept.push_back(limit);
+  return kept;
 }
 
 size_t peak_rss_bytes() {

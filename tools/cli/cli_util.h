@@ -35,7 +35,8 @@ struct PromptArgs {
   std::vector<uint32_t> resolve(const ModelConfig& config) const;
 };
 
-std::vector<uint32_t> parse_token_list(const std::string& text);
+// Comma-separated token ids (or counts); errors name `flag`.
+std::vector<uint32_t> parse_token_list(const std::string& text, const std::string& flag = "--tokens");
 
 // How a token prints: its byte (escaped if not printable) for byte-level models, else "#id".
 std::string token_text(const ModelConfig& config, uint32_t id);
@@ -66,12 +67,19 @@ std::vector<uint32_t> synthetic_tokens(const ModelConfig& config, size_t n);
 
 // Option checks with one-line messages that say what was expected ("--reps: expected an integer ≥ 1, got '0'";
 // CLI11 2.1's PositiveNumber prints its range to 300 digits). The value must parse as a number and lie in
-// [lo, hi]; `integer` also refuses fractions.
-CLI::Validator number_in(double lo, double hi, bool integer = true);
+// [lo, hi] ((lo, hi] with lo_open); `integer` also refuses fractions. NaN and infinities never pass.
+CLI::Validator number_in(double lo, double hi, bool integer = true, bool lo_open = false);
 inline CLI::Validator at_least(double lo, bool integer = true) { return number_in(lo, 1e18, integer); }
 
 // Room to reserve per forward call in a Profiler (more than the ops of one call: fewer than 24 per layer, plus
 // the embedding, lm head and step slices), so recording never allocates inside a timed run.
+// --isa: ref, avx2 or avx512, and one this CPU supports; a usage error (exit 1) otherwise.
+CLI::Validator isa_name_check();
+
+// Lengths over `limit` in a default list (e.g. bench's prefill 32,128,512 on a 256-token model) are dropped, or
+// clamped to `limit` if none fits; returns the kept list.
+std::vector<uint32_t> clamp_default_lengths(const std::vector<uint32_t>& lengths, uint32_t limit);
+
 inline size_t profiler_events_per_call(const ModelConfig& c) { return 24 * size_t{c.n_layers} + 16; }
 
 size_t peak_rss_bytes();  // the process's peak resident set since start or the last reset_peak_rss()

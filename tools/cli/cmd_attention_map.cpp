@@ -27,7 +27,8 @@ namespace sqrtdk::cli {
 
 namespace {
 
-// Bigger maps are unreadable (and the SVG grows as n_heads × n²); 256 keeps a full-layer file under ~40 MB.
+// Bigger maps are unreadable (and the SVG grows as n_heads × n²). The file size is capped separately
+// (--max-svg-mb): 8 heads of 225 tokens already make ~30 MB.
 constexpr size_t kMaxMapTokens = 256;
 
 struct MapArgs {
@@ -38,6 +39,7 @@ struct MapArgs {
   double scale = 0;
   std::string out = "attention_map.svg";
   bool no_png = false, json = false;
+  double max_svg_mb = 8;  // 0: no cap
 };
 
 // A token as a short label: the character itself for printable bytes, ␣ for a space, \xNN otherwise.
@@ -136,10 +138,19 @@ void run(const MapArgs& a) {
   const std::string model_name = std::filesystem::path(model->path()).filename().string();
   const std::string title = model_name + ", layer " + std::to_string(a.layer) + ", " + scale_text + ", " +
                             std::to_string(tokens.size()) + " tokens (rows: queries, columns: keys)";
+  const std::string svg = attention_map_svg(map, labels, heads, title);
+  const double svg_mb = svg.size() / 1048576.0;
+  if (a.max_svg_mb > 0 && svg_mb > a.max_svg_mb) {
+    char why[256];
+    std::snprintf(why, sizeof why,
+                  "the SVG would be %.1f MB (%zu head(s) x %zu x %zu cells), over the cap of %.4g MB: show one head "
+                  "(--head N), use a shorter prompt, or raise the cap (0: none)",
+                  svg_mb, heads.size(), map.n_queries, map.n_keys, a.max_svg_mb);
+    throw CLI::ValidationError("--max-svg-mb", why);
+  }
   {
     std::ofstream out(a.out, std::ios::binary);
-    if (!(out << attention_map_svg(map, labels, heads, title)) || !out.flush())
-      throw std::runtime_error(a.out + ": cannot write");
+    if (!(out << svg) || !out.flush()) throw std::runtime_error(a.out + ": cannot write");
   }
   std::string png_note, png;
   if (!a.no_png) png = write_png(a.out, png_note);
@@ -148,6 +159,7 @@ void run(const MapArgs& a) {
   if (a.json) {
     nlohmann::json j = {{"model", model->path()}, {"layer", a.layer}, {"scale", map.scale},
                         {"default_scale", default_scale}, {"n_tokens", tokens.size()}, {"svg", a.out},
+                        {"svg_bytes", svg.size()},
                         {"png", png.empty() ? nlohmann::json(nullptr) : nlohmann::json(png)},
                         {"uniform_entropy", uniform}, {"heads", nlohmann::json::array()}};
     for (size_t h : heads) j["heads"].push_back({{"head", h}, {"mean_entropy", mean_row_entropy(map, h)}});
@@ -163,7 +175,7 @@ void run(const MapArgs& a) {
   std::printf("layer   %d, %s\n", a.layer, scale_text);
   std::printf("mean row entropy (nats; a uniform causal row averages %.3f):\n", uniform);
   for (size_t h : heads) std::printf("  head %2zu  %.3f\n", h, mean_row_entropy(map, h));
-  std::printf("wrote   %s%s%s\n", a.out.c_str(), png.empty() ? "" : " and ", png.c_str());
+  std::printf("wrote   %s (%.1f MB)%s%s\n", a.out.c_str(), svg_mb, png.empty() ? "" : " and ", png.c_str());
   if (!png_note.empty()) std::fprintf(stderr, "sqrtdk: note: %s\n", png_note.c_str());
 }
 
@@ -184,6 +196,9 @@ void add_attention_map_command(CLI::App& app) {
   cmd->add_option("--scale", a->scale, "multiply q·k by this instead of 1/sqrt(head_dim), e.g. 1")
       ->check(number_in(1e-30, 1e30, false));
   cmd->add_option("-o,--out", a->out, "SVG file to write")->capture_default_str();
+  cmd->add_option("--max-svg-mb", a->max_svg_mb, "refuse to write an SVG larger than this (MB; 0 = no cap)")
+      ->check(at_least(0, false))
+      ->capture_default_str();
   cmd->add_flag("--no-png", a->no_png, "do not write a PNG even if a converter exists");
   cmd->add_flag("--json", a->json, "print JSON (per-head mean entropy, files written)");
   cmd->callback([a] { run(*a); });

@@ -28,7 +28,16 @@ struct BenchArgs {
   size_t decode = 128, decode_prompt = 32;
   int reps = 5;
   bool json = false, csv = false, quiet = false, cached_roofs = false, profiler_overhead = false;
+  // Which lengths the user gave: defaults longer than the model's context are clamped (with a note), given ones
+  // are an error.
+  bool prefill_given = false, decode_given = false, decode_prompt_given = false;
 };
+
+std::string join(const std::vector<uint32_t>& v) {
+  std::string out;
+  for (uint32_t x : v) out += (out.empty() ? "" : ",") + std::to_string(x);
+  return out;
+}
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -62,9 +71,34 @@ void run(const BenchArgs& a) {
   auto model = a.model.load();
   const double load_seconds = seconds_since(t_load);
   const ModelConfig& c = model->config();
-  const auto thread_list = parse_token_list(a.threads);
-  const auto prefill_list = parse_token_list(a.prefill);
-  size_t longest = a.decode_prompt + a.decode;
+  const auto thread_list = parse_token_list(a.threads, "--threads");
+  auto prefill_list = parse_token_list(a.prefill, "--prefill");
+  for (uint32_t n : prefill_list)
+    if (n == 0) throw CLI::ValidationError("--prefill", "lengths must be ≥ 1, got 0");
+  for (uint32_t t : thread_list)
+    if (t > 1024) throw CLI::ValidationError("--threads", "expected thread counts ≤ 1024, got " + std::to_string(t));
+  // Defaults fit the model: `sqrtdk bench` with no arguments runs on any model, saying what it changed.
+  const uint32_t context = c.max_seq;
+  std::string clamped;
+  if (!a.prefill_given) {
+    const auto kept = clamp_default_lengths(prefill_list, context);
+    if (kept != prefill_list) clamped += " prefill " + a.prefill + " -> " + join(kept) + ";";
+    prefill_list = kept;
+  }
+  size_t decode = a.decode, decode_prompt = a.decode_prompt;
+  if (decode_prompt + decode > context) {
+    if (!a.decode_prompt_given) decode_prompt = std::min<size_t>(decode_prompt, std::max<size_t>(1, context / 4));
+    if (!a.decode_given && decode_prompt < context) decode = std::min(decode, context - decode_prompt);
+    if (decode != a.decode || decode_prompt != a.decode_prompt)
+      clamped += " decode " + std::to_string(decode) + " tokens after a " + std::to_string(decode_prompt) +
+                 "-token prompt;";
+  }
+  if (!clamped.empty()) {
+    clamped.pop_back();
+    std::fprintf(stderr, "bench: the model's context is %u tokens, so the defaults were clamped:%s (pass --prefill, "
+                 "--decode, --decode-prompt to choose)\n", context, clamped.c_str());
+  }
+  size_t longest = decode_prompt + decode;
   for (auto n : prefill_list) longest = std::max<size_t>(longest, n);
   if (longest > c.max_seq)
     throw CLI::ValidationError("--prefill/--decode", "needs a context of " + std::to_string(longest) +
@@ -113,11 +147,11 @@ void run(const BenchArgs& a) {
     std::vector<double> tps, tps_profiled;
     auto decode_run = [&](Profiler* prof) {
       session.reset();
-      session.prefill(std::span<const uint32_t>(tokens.data(), a.decode_prompt));
+      session.prefill(std::span<const uint32_t>(tokens.data(), decode_prompt));
       if (prof) session.set_op_observer(prof->observer());
       const auto t0 = std::chrono::steady_clock::now();
-      for (size_t i = 0; i < a.decode; ++i) session.decode(tokens[a.decode_prompt + i]);
-      const double tokens_per_s = a.decode / seconds_since(t0);
+      for (size_t i = 0; i < decode; ++i) session.decode(tokens[decode_prompt + i]);
+      const double tokens_per_s = decode / seconds_since(t0);
       session.set_op_observer(nullptr);
       return tokens_per_s;
     };
@@ -126,7 +160,7 @@ void run(const BenchArgs& a) {
       if (r > 0) tps.push_back(off);
       if (a.profiler_overhead) {  // interleaved with the plain runs, so drift hits both alike
         Profiler prof(roofs);
-        prof.reserve(a.decode * profiler_events_per_call(c));
+        prof.reserve(decode * profiler_events_per_call(c));
         const double on = decode_run(&prof);
         if (r > 0) tps_profiled.push_back(on);
       }
@@ -134,7 +168,7 @@ void run(const BenchArgs& a) {
     }
     if (a.profiler_overhead) row.decode_tps_profiled = median(tps_profiled);
     // Bytes per decoded token: every packed weight once + K and V of the mean cache length.
-    const double mean_keys = a.decode_prompt + 0.5 * a.decode;
+    const double mean_keys = decode_prompt + 0.5 * decode;
     const double bytes_per_token =
         weight_bytes + 2.0 * c.n_layers * c.n_kv_heads * c.head_dim * mean_keys * sizeof(float);
     row.decode_tps = median(tps);
@@ -161,7 +195,7 @@ void run(const BenchArgs& a) {
     nlohmann::json j = {{"model", model->path()}, {"arch", arch_name(c.arch)}, {"n_params", model->n_params()},
                         {"isa", isa_name(model->isa())}, {"load_seconds", load_seconds}, {"peak_rss_mb", rss_mb},
                         {"packed_weights_mb", model_mb}, {"session_scratch_mb", scratch_mb}, {"kv_cache_mb", kv_mb},
-                        {"decode_prompt", a.decode_prompt}, {"decode_tokens", a.decode}, {"reps", a.reps},
+                        {"decode_prompt", decode_prompt}, {"decode_tokens", decode}, {"reps", a.reps},
                         {"results", jrows}};
     std::printf("%s\n", j.dump(2).c_str());
     return;
@@ -172,7 +206,7 @@ void run(const BenchArgs& a) {
       for (size_t i = 0; i < r.prefill.size(); ++i)
         std::printf("%d,prefill,%zu,%.2f,%.1f\n", r.threads, r.prefill[i].first, r.prefill[i].second,
                     r.prefill_roof_pct[i]);
-      std::printf("%d,decode,%zu,%.2f,%.1f\n", r.threads, a.decode, r.decode_tps, r.decode_roof_pct);
+      std::printf("%d,decode,%zu,%.2f,%.1f\n", r.threads, decode, r.decode_tps, r.decode_roof_pct);
     }
     return;
   }
@@ -202,7 +236,7 @@ void run(const BenchArgs& a) {
                   r.threads, r.decode_tps_profiled, 100.0 * (1.0 - r.decode_tps_profiled / r.decode_tps));
   std::printf("\ndecode: %zu tokens after a %zu-token prompt; medians of %d runs; roofline = FMA peak / FLOPs per "
               "token (prefill), DRAM bandwidth / bytes per token (decode)\n",
-              a.decode, a.decode_prompt, a.reps);
+              decode, decode_prompt, a.reps);
 }
 
 }  // namespace
@@ -226,7 +260,12 @@ void add_bench_command(CLI::App& app) {
                 "also time decode with a Profiler attached (runs interleaved) and print the overhead");
   cmd->add_flag("--cached-roofs", a->cached_roofs,
                 "use the cached machine roofs (~/.cache/sqrtdk/roofs.json) instead of measuring them in this run");
-  cmd->callback([a] { run(*a); });
+  cmd->callback([a, cmd] {
+    a->prefill_given = cmd->count("--prefill") > 0;
+    a->decode_given = cmd->count("--decode") > 0;
+    a->decode_prompt_given = cmd->count("--decode-prompt") > 0;
+    run(*a);
+  });
 }
 
 }  // namespace sqrtdk::cli

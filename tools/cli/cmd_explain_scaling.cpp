@@ -128,20 +128,21 @@ void add_explain_scaling_command(CLI::App& app) {
               "Needs no model. Runs in about 1.5 s of one core with the defaults.");
   cmd->add_option("--dk", a->d_ks, "key dimensions d_k, comma-separated")
       ->delimiter(',')
-      ->check(CLI::Range(size_t{1}, size_t{65536}))
+      ->check(number_in(1, 65536))
       ->capture_default_str();
   cmd->add_option("--keys", a->keys, "keys per softmax row m, comma-separated")
       ->delimiter(',')
-      ->check(CLI::Range(size_t{2}, size_t{65536}))
+      ->check(number_in(2, 65536))
       ->capture_default_str();
   cmd->add_option("-n,--samples", a->samples, "samples N per d_k: (q, k) pairs and softmax rows")
-      ->check(CLI::Range(size_t{2}, size_t{10'000'000}))
+      ->check(number_in(2, 10'000'000))
       ->capture_default_str();
   cmd->add_option("--seed", a->seed, "random seed (same seed, same numbers)")->capture_default_str();
   cmd->add_option("-t,--threads", a->threads, "threads for GEMM and softmax (0: all cores)")
       ->check(number_in(0, 1024))
       ->capture_default_str();
-  cmd->add_option("--isa", a->isa, "force an ISA: ref, avx2, avx512 (default: best, or SQRTDK_ISA)");
+  cmd->add_option("--isa", a->isa, "force an ISA: ref, avx2, avx512 (default: best, or SQRTDK_ISA)")
+      ->check(isa_name_check());
   cmd->add_option("--svg", a->svg, "write a plot of entropy and max probability against d_k (SVG) here");
   cmd->add_flag("--json", a->json, "print JSON instead of the table");
   cmd->callback([a] { run(*a); });

@@ -19,6 +19,7 @@ struct ProfileArgs {
   std::string trace, roofline;
   bool json = false, by_layer = false, quiet = false, recalibrate = false;
   double peak_gflops = 0, dram_gbs = 0;
+  bool lengths_given = false;  // --prefill or --decode given: no clamping to the context
 };
 
 void write_file(const std::string& path, const std::string& text) {
@@ -32,36 +33,51 @@ void run(const ProfileArgs& a) {
   SessionOptions so;
   so.n_threads = a.model.threads;
   Session session(model, so);
-  if (a.prefill + a.decode > session.max_context())
-    throw CLI::ValidationError("--prefill/--decode", "prefill + decode = " + std::to_string(a.prefill + a.decode) +
+  size_t prefill = a.prefill, decode = a.decode;
+  if (!a.lengths_given && prefill + decode > session.max_context()) {  // defaults fit any model, with a note
+    prefill = std::max<size_t>(1, session.max_context() * 3 / 4);
+    decode = std::min(decode, session.max_context() - prefill);
+    std::fprintf(stderr, "profile: the model's context is %zu tokens, so the defaults were clamped: prefill %zu, "
+                 "decode %zu (pass --prefill, --decode to choose)\n", session.max_context(), prefill, decode);
+  }
+  if (prefill + decode > session.max_context())
+    throw CLI::ValidationError("--prefill/--decode", "prefill + decode = " + std::to_string(prefill + decode) +
                                                          " exceeds the context " +
                                                          std::to_string(session.max_context()));
   MachineRoofs roofs;
   if (a.peak_gflops > 0 && a.dram_gbs > 0) {
     roofs = {model->isa(), session.n_threads(), a.peak_gflops, a.dram_gbs, "given"};
   } else {
-    if (!a.quiet) std::fprintf(stderr, "calibrating the machine's roofs (cached after the first run)...\n");
-    roofs = a.recalibrate ? measure_machine_roofs(model->isa(), session.n_threads())
-                          : cached_machine_roofs(model->isa(), session.n_threads());
+    // Said only when it measures: a cache hit is instant, and the roofs line below names the source.
+    auto say = [&] {
+      if (!a.quiet) std::fprintf(stderr, "calibrating the machine's roofs (about a second)...\n");
+    };
+    if (a.recalibrate) {
+      say();
+      roofs = measure_machine_roofs(model->isa(), session.n_threads());
+      roofs.source = "measured (--recalibrate: not cached)";
+    } else {
+      roofs = cached_machine_roofs(model->isa(), session.n_threads(), say);
+    }
   }
-  const auto tokens = synthetic_tokens(c, a.prefill + a.decode);
+  const auto tokens = synthetic_tokens(c, prefill + decode);
   // Warm-up pass (page faults, OpenMP pool start) outside the profile.
-  session.prefill(std::span<const uint32_t>(tokens.data(), std::min<size_t>(a.prefill, 8)));
+  session.prefill(std::span<const uint32_t>(tokens.data(), std::min<size_t>(prefill, 8)));
   session.reset();
 
   Profiler prof(roofs);
   // Faulted in before timing; prefill runs in chunks of at most 512 tokens (the reserve is only a hint).
-  prof.reserve((a.decode + a.prefill / 256 + 2) * profiler_events_per_call(c));
+  prof.reserve((decode + prefill / 256 + 2) * profiler_events_per_call(c));
   session.set_op_observer(prof.observer());
   prof.set_phase("prefill");
-  prof.begin_step("prefill " + std::to_string(a.prefill) + " tokens");
-  session.prefill(std::span<const uint32_t>(tokens.data(), a.prefill));
+  prof.begin_step("prefill " + std::to_string(prefill) + " tokens");
+  session.prefill(std::span<const uint32_t>(tokens.data(), prefill));
   prof.end_step();
   prof.set_phase("decode");
-  Progress progress("decode", a.decode, a.quiet);
-  for (size_t i = 0; i < a.decode; ++i) {
-    prof.begin_step("decode pos " + std::to_string(a.prefill + i));
-    session.decode(tokens[a.prefill + i]);
+  Progress progress("decode", decode, a.quiet);
+  for (size_t i = 0; i < decode; ++i) {
+    prof.begin_step("decode pos " + std::to_string(prefill + i));
+    session.decode(tokens[prefill + i]);
     prof.end_step();
     progress.update(i + 1);
   }
@@ -81,7 +97,7 @@ void run(const ProfileArgs& a) {
   hw_counters_note();
   for (const char* phase : {"prefill", "decode"}) {
     const double secs = prof.phase_seconds(phase);
-    const size_t n_tok = std::string(phase) == "prefill" ? a.prefill : a.decode;
+    const size_t n_tok = std::string(phase) == "prefill" ? prefill : decode;
     std::printf("\n== %s: %zu tokens, %.3f ms (%.1f tokens/s)\n", phase, n_tok, secs * 1e3, n_tok / secs);
     std::printf("%s", prof.table(phase).c_str());
     if (a.by_layer) {
@@ -122,7 +138,10 @@ void add_profile_command(CLI::App& app) {
   cmd->add_flag("--by-layer", a->by_layer, "also print every (layer, op)");
   cmd->add_flag("--json", a->json, "print JSON");
   cmd->add_flag("-q,--quiet", a->quiet, "no progress output");
-  cmd->callback([a] { run(*a); });
+  cmd->callback([a, cmd] {
+    a->lengths_given = cmd->count("--prefill") + cmd->count("--decode") > 0;
+    run(*a);
+  });
 }
 
 }  // namespace sqrtdk::cli

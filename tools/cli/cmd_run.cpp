@@ -38,11 +38,14 @@ void run(const RunArgs& a) {
   if (!a.logits_path.empty()) write_npy(a.logits_path, logits.data(), {tokens.size(), c.n_vocab});
   const float* last = logits.data() + logits.size() - c.n_vocab;
 
-  // Probabilities of the last position (softmax in double), top-k by probability.
-  const float max_logit = *std::max_element(last, last + c.n_vocab);
-  std::vector<double> p(c.n_vocab);
-  double sum = 0;
-  for (size_t i = 0; i < c.n_vocab; ++i) sum += p[i] = std::exp(double{last[i]} - max_logit);
+  // Probabilities of the last position (softmax in double; generate.h's rules for +/-Inf). A NaN logit is an error
+  // that says so, never a silent "p = nan" table.
+  std::vector<double> p;
+  try {
+    p = token_probabilities(std::span<const float>(last, c.n_vocab));
+  } catch (const Error& e) {
+    throw Error(model->path() + ": the next-token " + e.what());
+  }
   std::vector<uint32_t> order(c.n_vocab);
   std::iota(order.begin(), order.end(), 0u);
   const size_t k = std::min<size_t>(a.top_k, c.n_vocab);
@@ -55,7 +58,7 @@ void run(const RunArgs& a) {
                           {"load_seconds", model->load_seconds()}, {"forward_seconds", seconds},
                           {"tokens_per_second", tokens.size() / seconds}, {"top", nlohmann::json::array()}};
     for (size_t i = 0; i < k; ++i)
-      out["top"].push_back({{"id", order[i]}, {"text", token_text(c, order[i])}, {"p", p[order[i]] / sum}});
+      out["top"].push_back({{"id", order[i]}, {"text", token_text(c, order[i])}, {"p", p[order[i]]}});
     std::printf("%s\n", out.dump(2).c_str());
     return;
   }
@@ -69,7 +72,7 @@ void run(const RunArgs& a) {
   std::printf("next-token top-%zu:\n", k);
   for (size_t i = 0; i < k; ++i)
     std::printf("  %2zu. %-10s id %-6u p = %.4f\n", i + 1, token_text(c, order[i]).c_str(), order[i],
-                p[order[i]] / sum);
+                p[order[i]]);
   std::printf("time    load %.1f ms, forward %.2f ms (%.0f tokens/s)\n", model->load_seconds() * 1e3, seconds * 1e3,
               tokens.size() / seconds);
   if (!a.logits_path.empty())

@@ -2,6 +2,8 @@
 #include "tools/cli/commands.h"
 
 #include <sqrtdk/error.h>
+#include <sqrtdk/isa.h>
+#include <sqrtdk/version.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -12,11 +14,17 @@ namespace sqrtdk::cli {
 
 std::string default_model_path() {
   if (const char* env = std::getenv("SQRTDK_MODEL"); env && env[0]) return env;
-  // The build puts the default model in <build>/models/ beside <build>/bin/.
+  // Installed: <prefix>/bin/sqrtdk and <prefix>/share/sqrtdk/models/default.sqdk (cmake --install). In the build
+  // tree: <build>/bin/sqrtdk and <build>/models/default.sqdk. The first that exists; else the build-tree path (so
+  // the error names where it looked).
   std::error_code ec;
   auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
-  if (!ec) return (exe.parent_path().parent_path() / "models" / "default.sqdk").string();
-  return "models/default.sqdk";
+  if (ec) return "models/default.sqdk";
+  const auto prefix = exe.parent_path().parent_path();
+  const auto installed = prefix / "share" / "sqrtdk" / "models" / "default.sqdk";
+  const auto build_tree = prefix / "models" / "default.sqdk";
+  if (!std::filesystem::exists(build_tree, ec) && std::filesystem::exists(installed, ec)) return installed.string();
+  return build_tree.string();
 }
 
 }  // namespace sqrtdk::cli
@@ -26,6 +34,16 @@ int main(int argc, char** argv) {
   CLI::App app{"sqrtdk: a SIMD CPU inference engine for small transformers.\n"
                "Exit codes: 0 ok, 1 usage error, 2 bad input file, 3 runtime error."};
   app.require_subcommand(1);
+  app.set_version_flag("-V,--version", [] {
+    std::string isa;
+    try {
+      isa = sqrtdk::isa_name(sqrtdk::default_isa());
+    } catch (const std::exception& e) {
+      isa = e.what();
+    }
+    return std::string("sqrtdk ") + SQRTDK_VERSION_STRING + " (ISA " + isa + "; default model " +
+           default_model_path() + ")";
+  }, "print the version and exit");
   add_run_command(app);
   add_generate_command(app);
   add_bench_command(app);
@@ -41,6 +59,9 @@ int main(int argc, char** argv) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {
     return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    std::printf("%s\n", e.what());
+    return kOk;
   } catch (const CLI::ParseError& e) {
     // One line, like every other error; CLI11's own printer adds a second line.
     std::string where = "sqrtdk";
@@ -53,7 +74,15 @@ int main(int argc, char** argv) {
                    argv[1], names.c_str());
       return kUsage;
     }
-    std::fprintf(stderr, "sqrtdk: usage error: %s (see '%s --help')\n", e.what(), where.c_str());
+    // CLI11's "Could not convert: --seed = abc" says what failed but not what was expected: say it our way.
+    std::string message = e.what();
+    if (const std::string prefix = "Could not convert: "; message.rfind(prefix, 0) == 0) {
+      const size_t eq = message.find(" = ", prefix.size());
+      if (eq != std::string::npos)
+        message = message.substr(prefix.size(), eq - prefix.size()) + ": '" + message.substr(eq + 3) +
+                  "' is not a value of the expected type (see the type in --help)";
+    }
+    std::fprintf(stderr, "sqrtdk: usage error: %s (see '%s --help')\n", message.c_str(), where.c_str());
     return kUsage;
   } catch (const sqrtdk::Error& e) {
     std::fprintf(stderr, "sqrtdk: error: %s\n", e.what());

@@ -3,6 +3,13 @@
 // Sampling: temperature 0 is greedy (argmax, ties to the lowest id); otherwise softmax(logits / temperature),
 // restricted to the top_k most likely (0 = all), then to the smallest set whose probability reaches top_p
 // (1 = all), drawn with a std::mt19937_64 seeded by `seed`: the same seed gives the same tokens.
+//
+// Non-finite logits, the same rule in every sampler (greedy, temperature, top-k, top-p) and in token_probabilities:
+//   - NaN anywhere: sqrtdk::Error "logits contain NaN at id N ...": a NaN means the model produced non-finite
+//     values, and no token is a meaningful answer (greedy does not skip it either).
+//   - +Inf: the +Inf entries share all the probability equally (the limit of softmax as they grow); every finite
+//     entry gets 0. Greedy picks the first +Inf id; top-k keeps +Inf entries first (lowest ids first among them).
+//   - -Inf: probability 0, never picked. Logits that are all -Inf are an error (no token can be picked).
 #pragma once
 
 #include <sqrtdk/session.h>
@@ -26,7 +33,8 @@ struct SamplingOptions {
 class Sampler {
  public:
   explicit Sampler(const SamplingOptions& options);
-  // Picks a token id from logits [n_vocab]. Throws sqrtdk::Error on bad options or empty logits.
+  // Picks a token id from logits [n_vocab]. Throws sqrtdk::Error on bad options, empty logits, a NaN logit or
+  // logits that are all -Inf (see the rules above).
   uint32_t sample(std::span<const float> logits);
 
  private:
@@ -35,6 +43,10 @@ class Sampler {
   std::vector<std::pair<float, uint32_t>> candidates_;  // reused across calls
   std::vector<double> probs_;
 };
+
+// softmax(logits) in double, with the rules above for non-finite logits (NaN throws sqrtdk::Error naming the id;
+// +Inf entries share the mass equally; -Inf entries get 0). `sqrtdk run` prints these.
+std::vector<double> token_probabilities(std::span<const float> logits);
 
 struct GenerateOptions {
   SamplingOptions sampling;

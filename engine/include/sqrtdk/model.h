@@ -18,7 +18,8 @@ namespace sqrtdk {
 struct ModelOptions {
   LoadOptions load;             // checksum verification, finite check, size cap
   int isa = -1;                 // -1: default_isa() (SQRTDK_ISA or the best); else an Isa value
-  int n_threads = 0;            // threads used to pack at load (0: OpenMP default)
+  int n_threads = 0;            // threads for the load-time scans (checksums, finite check) unless load.n_threads
+                                // is set; 0: OpenMP default. Packing the weights is single-threaded.
 };
 
 class ModelImpl;  // engine-internal

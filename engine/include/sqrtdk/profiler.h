@@ -15,6 +15,7 @@
 #include <sqrtdk/isa.h>
 #include <sqrtdk/session.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -33,8 +34,13 @@ struct MachineRoofs {
 // Measures the roofs now (about half a second).
 MachineRoofs measure_machine_roofs(Isa isa, int n_threads);
 // Reads the roofs from the per-machine cache ($XDG_CACHE_HOME or ~/.cache)/sqrtdk/roofs.json, keyed by CPU model,
-// ISA and thread count; measures and stores them when absent. A cache that cannot be written is only skipped.
-MachineRoofs cached_machine_roofs(Isa isa, int n_threads);
+// ISA and thread count; when absent, calls before_measuring (if given: e.g. to say "calibrating"), measures them
+// twice and stores the better of each figure, but only if the machine was quiet: the two measurements agree
+// within 10% and the 1-minute load average left the threads free (cores - load average >= n_threads - 0.25).
+// A noisy measurement is returned but not cached, and `source` says which happened and why:
+//   "cache <path> (measured <when>, ...)", "measured (cached in <path>)", "measured (not cached: <why>)".
+// A cache that cannot be written is only skipped.
+MachineRoofs cached_machine_roofs(Isa isa, int n_threads, const std::function<void()>& before_measuring = {});
 
 struct OpStats {
   std::string phase;  // "prefill", "decode", ...

@@ -2,6 +2,7 @@
 #include <sqrtdk/error.h>
 #include <sqrtdk/profiler.h>
 
+#include "engine/src/profiler/roofs_cache.h"
 #include "ops/base/roofs.h"
 
 #include <nlohmann/json.hpp>
@@ -15,6 +16,9 @@
 #include <fstream>
 #include <map>
 #include <sstream>
+
+#include <ctime>
+#include <thread>
 
 #include <unistd.h>
 
@@ -53,7 +57,45 @@ MachineRoofs measure_machine_roofs(Isa isa, int n_threads) {
   return r;
 }
 
-MachineRoofs cached_machine_roofs(Isa isa, int n_threads) {
+namespace profiler_detail {
+
+std::string roofs_noise(const MachineRoofs& a, const MachineRoofs& b, double load_average, int n_cores,
+                        int n_threads) {
+  auto spread = [](double x, double y) { return std::max(x, y) > 0 ? std::fabs(x - y) / std::max(x, y) : 1.0; };
+  const double peak = spread(a.peak_gflops, b.peak_gflops), dram = spread(a.dram_gbs, b.dram_gbs);
+  std::string why;
+  if (peak > 0.10 || dram > 0.10)
+    why = "two measurements differ by " + fmt("%.0f", 100 * peak) + "% (FMA peak) and " + fmt("%.0f", 100 * dram) +
+          "% (DRAM read)";
+  if (load_average >= 0 && n_cores - load_average < n_threads - 0.25)
+    why += std::string(why.empty() ? "" : "; ") + "load average " + fmt("%.2f", load_average) + " on " +
+           std::to_string(n_cores) + " cores leaves fewer than " + std::to_string(n_threads) + " free";
+  return why;
+}
+
+}  // namespace profiler_detail
+
+namespace {
+
+double load_average_1min() {  // -1 if unknown
+  std::ifstream in("/proc/loadavg");
+  double v = -1;
+  if (!(in >> v)) return -1;
+  return v;
+}
+
+std::string utc_now() {
+  const std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+}  // namespace
+
+MachineRoofs cached_machine_roofs(Isa isa, int n_threads, const std::function<void()>& before_measuring) {
   namespace fs = std::filesystem;
   fs::path dir;
   if (const char* x = std::getenv("XDG_CACHE_HOME"); x && x[0])
@@ -61,9 +103,9 @@ MachineRoofs cached_machine_roofs(Isa isa, int n_threads) {
   else if (const char* h = std::getenv("HOME"); h && h[0])
     dir = fs::path(h) / ".cache" / "sqrtdk";
   const fs::path file = dir / "roofs.json";
-  // "v2": entries written before the FMA loop was fixed (GCC had merged its chains; the peak read ~25% high) are
-  // ignored and re-measured.
-  const std::string key = "v2|" + cpu_model() + "|" + isa_name(isa) + "|" + std::to_string(n_threads);
+  // "v3": entries written before the quiet-machine rule (v2 and older: possibly measured on a busy machine, and
+  // before v2 with an FMA loop GCC had merged, reading ~25% high) are ignored and re-measured.
+  const std::string key = "v3|" + cpu_model() + "|" + isa_name(isa) + "|" + std::to_string(n_threads);
   nlohmann::json cache = nlohmann::json::object();
   if (!dir.empty()) {
     std::ifstream in(file);
@@ -71,12 +113,15 @@ MachineRoofs cached_machine_roofs(Isa isa, int n_threads) {
       try {
         cache = nlohmann::json::parse(in);
         if (cache.contains(key)) {
+          const auto& e = cache[key];
           MachineRoofs r;
           r.isa = isa;
           r.n_threads = n_threads;
-          r.peak_gflops = cache[key].at("peak_gflops").get<double>();
-          r.dram_gbs = cache[key].at("dram_gbs").get<double>();
+          r.peak_gflops = e.at("peak_gflops").get<double>();
+          r.dram_gbs = e.at("dram_gbs").get<double>();
           r.source = "cache " + file.string();
+          r.source += " (measured " + e.value("measured_at", std::string("at an unknown time")) +
+                      ", load average " + fmt("%.2f", e.value("load_average", -1.0)) + ")";
           if (r.peak_gflops > 0 && r.dram_gbs > 0) return r;
         }
       } catch (const std::exception&) {
@@ -84,15 +129,35 @@ MachineRoofs cached_machine_roofs(Isa isa, int n_threads) {
       }
     }
   }
+  if (before_measuring) before_measuring();
+  const double load_average = load_average_1min();
   MachineRoofs r = measure_machine_roofs(isa, n_threads);
-  if (!dir.empty()) {
-    std::error_code ec;
-    fs::create_directories(dir, ec);
-    cache[key] = {{"peak_gflops", r.peak_gflops}, {"dram_gbs", r.dram_gbs}};
-    const fs::path tmp = file.string() + ".tmp" + std::to_string(::getpid());
-    std::ofstream out(tmp);
-    if (out << cache.dump(2) && out.flush()) fs::rename(tmp, file, ec);
-    if (ec || !out) fs::remove(tmp, ec);
+  if (dir.empty()) {
+    r.source = "measured (not cached: neither XDG_CACHE_HOME nor HOME is set)";
+    return r;
+  }
+  // A second measurement: roofs taken on a busy machine would mislead every later profile that reads them.
+  const MachineRoofs again = measure_machine_roofs(isa, n_threads);
+  const int n_cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  const std::string noise = profiler_detail::roofs_noise(r, again, load_average, n_cores, n_threads);
+  r.peak_gflops = std::max(r.peak_gflops, again.peak_gflops);
+  r.dram_gbs = std::max(r.dram_gbs, again.dram_gbs);
+  if (!noise.empty()) {
+    r.source = "measured (not cached: " + noise + ")";
+    return r;
+  }
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  cache[key] = {{"peak_gflops", r.peak_gflops}, {"dram_gbs", r.dram_gbs}, {"measured_at", utc_now()},
+                {"load_average", load_average}};
+  const fs::path tmp = file.string() + ".tmp" + std::to_string(::getpid());
+  std::ofstream out(tmp);
+  if (out << cache.dump(2) && out.flush()) fs::rename(tmp, file, ec);
+  if (ec || !out) {
+    fs::remove(tmp, ec);
+    r.source = "measured (not cached: cannot write " + file.string() + ")";
+  } else {
+    r.source = "measured (cached in " + file.string() + ")";
   }
   return r;
 }

@@ -110,7 +110,10 @@ std::shared_ptr<const Model> Model::load(const std::string& path, const ModelOpt
   auto impl = std::make_unique<ModelImpl>();
   ModelImpl& m = *impl;
   m.path = path;
-  m.file = WeightFile::open(path, options.load);
+  // ModelOptions::n_threads bounds the load's threaded scans (CRC-32, finite check) unless LoadOptions sets its own.
+  LoadOptions load = options.load;
+  if (load.n_threads == 0) load.n_threads = options.n_threads;
+  m.file = WeightFile::open(path, load);
   m.weights.config = m.file->config();
   if (options.isa > static_cast<int>(kHighestIsa))
     throw Error("Model::load: bad ISA value " + std::to_string(options.isa));
@@ -126,8 +129,9 @@ std::shared_ptr<const Model> Model::load(const std::string& path, const ModelOpt
 
   m.load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (verbose())
-    std::fprintf(stderr, "sqrtdk: loaded %s (%s, %u layers, %.1f M params, ISA %s) in %.3f s\n", path.c_str(),
-                 m.family->name, c.n_layers, m.n_params / 1e6, isa_name(m.weights.isa), m.load_seconds);
+    std::fprintf(stderr, "sqrtdk: loaded %s (%s, %u layers, %.1f M params, ISA %s) in %.3f s, scans on up to %d "
+                 "thread(s)\n", path.c_str(), m.family->name, c.n_layers, m.n_params / 1e6, isa_name(m.weights.isa),
+                 m.load_seconds, resolve_threads(load.n_threads));
   return std::shared_ptr<const Model>(new Model(std::move(impl)));
 }
 

@@ -1,0 +1,17 @@
+// The rule that decides whether measured machine roofs may be cached (engine/src/profiler/profiler.cpp), apart so
+// tests can feed it numbers.
+#pragma once
+
+#include <sqrtdk/profiler.h>
+
+#include <string>
+
+namespace sqrtdk::profiler_detail {
+
+// Why two back-to-back measurements a and b of the same roofs are too noisy to cache, or "" if they may be cached:
+// they must agree within 10% on both figures, and the 1-minute load average (load_average; < 0: unknown, not
+// checked) must leave n_threads of the n_cores free (n_cores - load_average >= n_threads - 0.25).
+std::string roofs_noise(const MachineRoofs& a, const MachineRoofs& b, double load_average, int n_cores,
+                        int n_threads);
+
+}  // namespace sqrtdk::profiler_detail
