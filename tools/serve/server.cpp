@@ -79,7 +79,7 @@ std::thread start_thread(const std::string& what, F&& f) {
   try {
     return std::thread(std::forward<F>(f));
   } catch (const std::system_error& e) {
-    throw Error("cannot start " + what + " thread: " + e.what() +
+    throw Error("a new " + what + " thread: " + e.what() +
                 " (too little address space or too many threads? see ulimit -v and -u)");
   }
 }
@@ -819,7 +819,7 @@ class ServerImpl {
     metrics_.prompt_tokens += prompt_tokens;
     const std::string id = "cmpl-" + std::to_string(++next_id_);
 
-    // A write failed or the drain cut the connection: the job stops at its next token.
+    // A write failed: the client left. The job stops at its next token.
     auto give_up = [&] {
       job->cancelled = true;
       ++metrics_.disconnects;
@@ -835,7 +835,10 @@ class ServerImpl {
     for (;;) {
       if (!c.peer_closed && !c.watching && c.buffer.size() < kPipelineLimit) watch_peer(c);
       co_await c.sleep_until(std::min(next_probe, state == Job::State::queued ? job->deadline : never));
-      if (c.cut) co_return give_up();
+      if (c.cut) {  // by the drain's grace period
+        job->cancelled = true;
+        co_return false;
+      }
       if (c.readable) {
         c.readable = false;
         const size_t n = c.stream.socket().read_some(c.buffer.prepare(kPipelineLimit), ec);
