@@ -198,9 +198,9 @@ TEST_CASE("serve hardening: a session whose KV cache does not fit ends start-up 
 }
 
 TEST_CASE("serve hardening: a non-streaming client that disconnects cancels its completion") {
-  // 400 tokens at 20 ms each would hold the only session for 8 s.
+  // 400 tokens at 20 ms each would hold the only session for 8 s (greedy: this toy emits no EOS on "a").
   ServerProcess server({"--sessions", "1", "--delay-ms", "20"});
-  const int fd = open_with(server.port(), post_request({{"prompt", "a"}, {"max_tokens", 400}, {"seed", 1}}));
+  const int fd = open_with(server.port(), post_request({{"prompt", "a"}, {"max_tokens", 400}, {"temperature", 0}}));
   REQUIRE(wait_metric(server.port(), "sqrtdk_sessions_in_use", 1) == 1);
   close(fd);
   const auto t0 = Clock::now();
@@ -214,7 +214,8 @@ TEST_CASE("serve hardening: a non-streaming client that disconnects cancels its 
 TEST_CASE("serve hardening: --request-timeout stops a long completion with finish_reason time_limit") {
   ServerProcess server({"--sessions", "1", "--delay-ms", "20", "--request-timeout", "1"});
   const auto t0 = Clock::now();
-  const int fd = open_with(server.port(), post_request({{"prompt", "a"}, {"max_tokens", 400}}, "Connection: close\r\n"));
+  const int fd = open_with(server.port(),
+                           post_request({{"prompt", "a"}, {"max_tokens", 400}, {"temperature", 0}}, "Connection: close\r\n"));
   const auto r = final_responses(read_until_closed(fd, 10));
   close(fd);
   CHECK(seconds_since(t0) < 4);
@@ -260,6 +261,33 @@ TEST_CASE("serve hardening: pipelined requests are all answered, in order") {
     else
       CHECK(json::parse(r[i].body)["usage"]["prompt_tokens"] == prompt_tokens[i]);
   }
+}
+
+TEST_CASE("serve hardening: back-to-back completions on one keep-alive connection never stall") {
+  // The server watches the socket while a completion runs; a spurious readiness must not block it in a read.
+  ServerProcess server({"--http-threads", "4"});
+  const int fd = connect_loopback(server.port());
+  REQUIRE(fd >= 0);
+  std::string pending;
+  char buf[8192];
+  for (int i = 0; i < 300; ++i) {
+    REQUIRE(send_all(fd, post_request({{"prompt", "a"}, {"max_tokens", 2}, {"seed", i}})));
+    const auto t0 = Clock::now();
+    std::vector<RawResponse> r;
+    while (r.empty() && seconds_since(t0) < 5) {
+      pollfd p{fd, POLLIN, 0};
+      if (poll(&p, 1, 50) <= 0) continue;
+      const ssize_t n = recv(fd, buf, sizeof buf, 0);
+      if (n <= 0) break;
+      pending.append(buf, static_cast<size_t>(n));
+      r = final_responses(pending);
+    }
+    INFO("request " << i);
+    REQUIRE(r.size() == 1);
+    CHECK(r[0].status == 200);
+    pending.clear();
+  }
+  close(fd);
 }
 
 TEST_CASE("serve hardening: framing attacks: conflicting Content-Length 400, oversized chunked body 413 early") {

@@ -442,7 +442,11 @@ Reply json_error(int status, const std::string& message) {
 // One client connection. Everything here runs on the connection's strand: its coroutine, the socket's handlers,
 // and the wake-ups posted by the session worker and the drain.
 struct Connection : std::enable_shared_from_this<Connection> {
-  explicit Connection(tcp::socket socket) : stream(std::move(socket)), wake(stream.get_executor()) {}
+  explicit Connection(tcp::socket socket) : stream(std::move(socket)), wake(stream.get_executor()) {
+    // The completion loop reads after a readiness wait, which can be spurious: such a read must not block.
+    beast::error_code ec;
+    stream.socket().non_blocking(true, ec);
+  }
 
   beast::tcp_stream stream;
   beast::flat_buffer buffer;  // bytes read and not yet parsed: pipelined requests wait here
@@ -897,10 +901,15 @@ class ServerImpl {
     }
     co_await stop_watching(c);
 
-    std::lock_guard lk(job->m);  // the worker is done with the job: this only orders the reads after its writes
-    const Completion& result = job->result;
+    Completion result;
+    std::string error;
+    {
+      std::lock_guard lk(job->m);  // the worker is done with the job: this only orders our reads after its writes
+      result = std::move(job->result);
+      error = std::move(job->error);
+    }
     if (!streaming) {
-      if (!job->error.empty()) co_return co_await send(c, json_error(500, job->error), version, keep_alive);
+      if (!error.empty()) co_return co_await send(c, json_error(500, error), version, keep_alive);
       Reply r;
       r.body = dump(json{{"id", id},
                          {"object", "text_completion"},
@@ -915,10 +924,10 @@ class ServerImpl {
       co_return co_await send(c, r, version, keep_alive);
     }
     std::string end;
-    if (!job->error.empty()) end = "event: error\ndata: " + dump(json{{"error", {{"message", job->error}}}}) + "\n\n";
+    if (!error.empty()) end = "event: error\ndata: " + dump(json{{"error", {{"message", error}}}}) + "\n\n";
     end += "data: " +
            dump(json{{"id", id},
-                     {"finish_reason", job->error.empty() ? result.finish_reason : "error"},
+                     {"finish_reason", error.empty() ? result.finish_reason : "error"},
                      {"usage",
                       {{"prompt_tokens", prompt_tokens},
                        {"completion_tokens", result.tokens.size()},
