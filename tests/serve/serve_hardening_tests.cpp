@@ -318,9 +318,52 @@ TEST_CASE("serve hardening: framing attacks: conflicting Content-Length 400, ove
     CHECK(r[0].status == 413);
     CHECK(json::parse(r[0].body)["error"]["type"] == "body_too_large");
   }
+  {
+    // Neighbours: Content-Length with chunked (request smuggling) is 400; a head past 16 KiB is 431.
+    const int smuggle = open_with(server.port(), "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 4"
+                                                 "\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n");
+    const auto r = final_responses(read_until_closed(smuggle, 5));
+    close(smuggle);
+    REQUIRE(r.size() == 1);
+    CHECK(r[0].status == 400);
+    const int big = open_with(server.port(), get_request("/healthz", "X-Big: " + std::string(17000, 'a') + "\r\n"));
+    const auto b = final_responses(read_until_closed(big, 5));
+    close(big);
+    REQUIRE(b.size() == 1);
+    CHECK(b[0].status == 431);
+  }
   const std::string m = get_metrics(server.port());
-  CHECK(metric_value(m, "sqrtdk_requests_total{code=\"400\"}") == 1);
+  CHECK(metric_value(m, "sqrtdk_requests_total{code=\"400\"}") == 2);
   CHECK(metric_value(m, "sqrtdk_requests_total{code=\"413\"}") == 1);
+  CHECK(metric_value(m, "sqrtdk_requests_total{code=\"431\"}") == 1);
+}
+
+TEST_CASE("serve hardening: Expect 100-continue, and an HTTP/1.0 stream delimited by the close") {
+  ServerProcess server({});
+  const std::string body = json{{"prompt", "a"}, {"max_tokens", 3}}.dump();
+  const int fd = open_with(server.port(), "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nExpect: 100-continue\r\n"
+                                          "Connection: close\r\nContent-Length: " +
+                                              std::to_string(body.size()) + "\r\n\r\n");
+  char buf[256];
+  pollfd p{fd, POLLIN, 0};
+  REQUIRE(poll(&p, 1, 5000) == 1);
+  const ssize_t n = recv(fd, buf, sizeof buf, 0);
+  REQUIRE(n > 0);
+  CHECK(std::string(buf, static_cast<size_t>(n)).rfind("HTTP/1.1 100 Continue\r\n\r\n", 0) == 0);
+  REQUIRE(send_all(fd, body));
+  const auto r = final_responses(read_until_closed(fd, 5));
+  close(fd);
+  REQUIRE(r.size() == 1);
+  CHECK(r[0].status == 200);
+
+  const std::string sbody = json{{"prompt", "a"}, {"max_tokens", 3}, {"stream", true}}.dump();
+  const int old = open_with(server.port(), "POST /v1/completions HTTP/1.0\r\nContent-Length: " +
+                                               std::to_string(sbody.size()) + "\r\n\r\n" + sbody);
+  const std::string got = read_until_closed(old, 5);
+  close(old);
+  CHECK(got.rfind("HTTP/1.0 200", 0) == 0);
+  CHECK(got.find("Transfer-Encoding") == std::string::npos);
+  CHECK(got.ends_with("data: [DONE]\n\n"));
 }
 
 TEST_CASE("serve hardening: slow-header clients do not stall others, and the whole head has one deadline") {

@@ -12,13 +12,14 @@
 // (libmicrohttpd 0.9.75 was the other candidate: it cannot watch a suspended connection for its client leaving.)
 #include "tools/serve/server.h"
 
+#include "tools/serve/http_framing.h"
 #include "tools/serve/request.h"
 
 #include <sqrtdk/error.h>
 #include <sqrtdk/generate.h>
 #include <sqrtdk/session.h>
 
-#include <utility>  // before Asio: 1.74's awaitable.hpp uses std::exchange without including it
+#include <utility>  // before Asio: 1.74's headers use std::exchange without including it
 
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
@@ -410,7 +411,6 @@ class Metrics {
 
 // ---- connections ----
 
-constexpr size_t kHeaderLimit = 16 << 10;      // request line and headers, bytes (431 past it)
 constexpr size_t kPipelineLimit = 64 << 10;    // bytes of later requests read ahead while a completion runs
 constexpr auto kProbeInterval = std::chrono::milliseconds(500);
 constexpr auto kLinger = std::chrono::seconds(1);  // reading what a client still sends before closing on it
@@ -657,9 +657,8 @@ class ServerImpl {
   // Answers requests until the connection should close; false if it is unusable already (no graceful close).
   awaitable<bool> serve_requests(Connection& c) {
     for (;;) {
-      http::request_parser<http::string_body> parser;
-      parser.header_limit(kHeaderLimit);
-      parser.body_limit(options_.max_body);
+      RequestParser parser;
+      set_limits(parser, options_.max_body);
       beast::error_code ec;
       c.reading_request = true;
       // One deadline for the whole request, head and body: a client trickling bytes gets no more time.
@@ -675,15 +674,11 @@ class ServerImpl {
       c.reading_request = false;
       if (c.cut) co_return false;
       if (ec) {
-        // A malformed or oversized request is answered, then the connection closes (what follows cannot be
-        // framed); a client that left, went quiet past the deadline or closed between requests is just closed.
-        if (ec.category() != http::make_error_code(http::error::bad_target).category() ||
-            ec == http::error::end_of_stream || ec == http::error::partial_message)
-          co_return ec == http::error::end_of_stream;
-        Reply r = ec == http::error::body_limit
-                      ? json_error(413, "request body too large: the limit is " + std::to_string(options_.max_body) +
-                                            " bytes (--max-body)")
-                  : ec == http::error::header_limit
+        const int status = framing_error_status(ec);
+        if (status == 0) co_return ec == http::error::end_of_stream;
+        Reply r = status == 413 ? json_error(413, "request body too large: the limit is " +
+                                                      std::to_string(options_.max_body) + " bytes (--max-body)")
+                  : status == 431
                       ? json_error(431, "request head too large: the limit is " + std::to_string(kHeaderLimit) +
                                             " bytes")
                       : json_error(400, "malformed HTTP request: " + ec.message());
