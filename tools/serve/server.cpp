@@ -527,10 +527,15 @@ class ServerImpl {
 
   int bind() {
     beast::error_code ec;
-    const auto address = asio::ip::make_address(options_.host, ec);
-    if (!ec) acceptor_.open(address.is_v6() ? tcp::v6() : tcp::v4(), ec);
+    tcp::endpoint endpoint;
+    tcp::resolver resolver(io_);  // a name ("localhost") or an address
+    const auto found = resolver.resolve(options_.host, std::to_string(options_.port),
+                                        tcp::resolver::passive | tcp::resolver::numeric_service, ec);
+    if (!ec && found.empty()) ec = asio::error::host_not_found;
+    if (!ec) endpoint = found.begin()->endpoint();
+    if (!ec) acceptor_.open(endpoint.protocol(), ec);
     if (!ec) acceptor_.set_option(asio::socket_base::reuse_address(true), ec);
-    if (!ec) acceptor_.bind(tcp::endpoint(address, static_cast<uint16_t>(options_.port)), ec);
+    if (!ec) acceptor_.bind(endpoint, ec);
     if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
     if (ec)
       throw Error("cannot listen on " + options_.host + ":" + std::to_string(options_.port) + ": " + ec.message() +
