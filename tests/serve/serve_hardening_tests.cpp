@@ -374,7 +374,7 @@ TEST_CASE("serve hardening: slow-header clients do not stall others, and the who
   const int fd = open_with(server.port(), get_request("/healthz", "Connection: close\r\n"));
   const auto r = final_responses(read_until_closed(fd, 5));
   close(fd);
-  CHECK(seconds_since(t0) < 1);
+  CHECK(seconds_since(t0) < 1.5);  // httplib: ~8 s (100 slow ones on 32 threads, cut 2 s at a time)
   REQUIRE(r.size() == 1);
   CHECK(r[0].status == 200);
   for (int s : slow) close(s);
@@ -411,7 +411,7 @@ TEST_CASE("serve hardening: past --max-connections a new connection gets 503 and
   for (int s : held) close(s);
   CHECK(wait_metric(server.port(), "sqrtdk_open_connections", 1) == 1);
   const std::string m = get_metrics(server.port());
-  CHECK(metric_value(m, "sqrtdk_refused_connections_total") == 1);
+  CHECK(metric_value(m, "sqrtdk_refused_connections_total") >= 1);  // and /metrics polls while the 8 were closing
 }
 
 TEST_CASE("serve hardening: SIGTERM drains: running stream ends with [DONE], queued gets 503, slow ones are cut") {

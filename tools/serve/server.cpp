@@ -811,7 +811,7 @@ class ServerImpl {
                                      c.notifier());
     const SessionPool::Admission admission = pool_.submit(job);
     if (admission != SessionPool::Admission::accepted) {
-      ++metrics_.rejected;
+      if (admission == SessionPool::Admission::full) ++metrics_.rejected;
       Reply r = json_error(503, admission == SessionPool::Admission::closed
                                     ? std::string("the server is shutting down")
                                     : "all " + std::to_string(pool_.size()) + " sessions are busy and the queue of " +
