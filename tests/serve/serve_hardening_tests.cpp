@@ -374,7 +374,7 @@ TEST_CASE("serve hardening: slow-header clients do not stall others, and the who
   const int fd = open_with(server.port(), get_request("/healthz", "Connection: close\r\n"));
   const auto r = final_responses(read_until_closed(fd, 5));
   close(fd);
-  CHECK(seconds_since(t0) < 1.5);  // httplib: ~8 s (100 slow ones on 32 threads, cut 2 s at a time)
+  CHECK(seconds_since(t0) < 1.5);  // httplib 0.11: no answer within 5 s
   REQUIRE(r.size() == 1);
   CHECK(r[0].status == 200);
   for (int s : slow) close(s);

@@ -9,7 +9,8 @@
 // parser with header and body limits (chunked bytes counted as they arrive; conflicting Content-Length refused),
 // asynchronous connections (a slow client costs a socket, not a thread), timeouts that cover a whole operation,
 // and we own every read and write: pipelining, half-close, cancellation and the drain are ours to define.
-// (libmicrohttpd 0.9.75 was the other candidate: it cannot watch a suspended connection for its client leaving.)
+// (libmicrohttpd 0.9.75 was the other candidate; but a handler that waits for the engine must suspend its connection,
+// and MHD neither reads nor times out a suspended one, so a client leaving mid-completion goes unnoticed there too.)
 #include "tools/serve/server.h"
 
 #include "tools/serve/http_framing.h"
