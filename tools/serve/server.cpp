@@ -2,10 +2,10 @@
 //
 // Why Boost.Beast (on Boost.Asio, Debian's libboost-dev 1.74) and not cpp-httplib 0.11: httplib serves each
 // connection on a thread of a fixed pool with only per-read timeouts, so slow-header clients hold threads for ever
-// and stall everyone; its write path treats a half-closed client as gone (no response), it answers only the first
-// of pipelined requests, buffers a chunked body whole before checking the size (and says 400, not 413), accepts
+// and stall everyone; a client that half-closes after its request gets no response, only the first of pipelined
+// requests is answered, buffers a chunked body whole before checking the size (and says 400, not 413), accepts
 // conflicting Content-Length headers, cannot tell a non-streaming handler that its client left, and its stop()
-// cannot drain with a deadline. Those are not patchable from outside the library. Beast gives an incremental HTTP
+// cannot drain with a deadline (issue 13 observed each). Debian ships it compiled: not patchable from outside. Beast gives an incremental HTTP
 // parser with header and body limits (chunked bytes counted as they arrive; conflicting Content-Length refused),
 // asynchronous connections (a slow client costs a socket, not a thread), timeouts that cover a whole operation,
 // and we own every read and write: pipelining, half-close, cancellation and the drain are ours to define.
