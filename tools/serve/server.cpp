@@ -1,14 +1,15 @@
 // sqrtdk-serve's HTTP service (see server.h): the session pool, the completion loop, metrics, and the connections.
 //
-// Why Boost.Beast (on Boost.Asio, Debian's libboost-dev 1.74) and not cpp-httplib 0.11: httplib serves each
-// connection on a thread of a fixed pool with only per-read timeouts, so slow-header clients hold threads for ever
-// and stall everyone; a client that half-closes after its request gets no response, only the first of pipelined
-// requests is answered, buffers a chunked body whole before checking the size (and says 400, not 413), accepts
-// conflicting Content-Length headers, cannot tell a non-streaming handler that its client left, and its stop()
-// cannot drain with a deadline (issue 13 observed each). Debian ships it compiled: not patchable from outside. Beast gives an incremental HTTP
-// parser with header and body limits (chunked bytes counted as they arrive; conflicting Content-Length refused),
-// asynchronous connections (a slow client costs a socket, not a thread), timeouts that cover a whole operation,
-// and we own every read and write: pipelining, half-close, cancellation and the drain are ours to define.
+// Why Boost.Beast (on Boost.Asio, Debian's libboost-dev 1.74) and not cpp-httplib 0.11, as issue 13 observed it:
+// httplib serves each connection on a thread of a fixed pool with only per-read timeouts, so slow-header clients
+// hold threads for ever and stall everyone; a client that half-closes after its request gets no response; of
+// pipelined requests only the first is answered; a chunked body is buffered whole before its size is checked (and
+// answered 400, not 413); conflicting Content-Length headers pass; a non-streaming handler cannot learn that its
+// client left; stop() cannot drain with a deadline. Debian ships httplib compiled: none of it is patchable from
+// outside. Beast gives an incremental HTTP parser with head and body limits (chunked bytes counted as they arrive,
+// conflicting Content-Length refused), asynchronous connections (a slow client costs a socket, not a thread), and
+// timeouts that cover a whole operation; we own every read and write, so pipelining, half-close, cancellation and
+// the drain are ours to define.
 // (libmicrohttpd 0.9.75 was the other candidate; but a handler that waits for the engine must suspend its connection,
 // and MHD neither reads nor times out a suspended one, so a client leaving mid-completion goes unnoticed there too.)
 #include "tools/serve/server.h"
