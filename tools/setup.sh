@@ -13,7 +13,8 @@ packages=(
   doctest-dev                           # tests
   libopenblas-dev                       # OpenBLAS: benchmark peer
   libcli11-dev nlohmann-json3-dev       # command line, JSON (benchmarks --json, safetensors headers)
-  libcpp-httplib-dev                    # sqrtdk-serve
+  libboost-dev                          # Boost.Beast/Asio 1.74 (header-only): sqrtdk-serve's HTTP server
+  libcpp-httplib-dev                    # the sqrtdk-serve tests' HTTP client
   clang libomp-14-dev libclang-rt-14-dev  # clang builds, sanitizers and libFuzzer
   python3-numpy                         # tools/sqdk.py (the Python writer; its byte-identity test)
 )

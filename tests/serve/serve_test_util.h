@@ -13,9 +13,9 @@ namespace sqrtdk::serve_test {
 // rarely emits EOS, so streams run as long as a test needs.
 class ServerProcess : public serve_harness::ChildServer {
  public:
-  explicit ServerProcess(const std::vector<std::string>& args) : ChildServer(SQRTDK_SERVE_BIN, with_model(args)) {}
+  explicit ServerProcess(const std::vector<std::string>& args, size_t address_space_bytes = 0)
+      : ChildServer(SQRTDK_SERVE_BIN, with_model(args), address_space_bytes) {}
 
- private:
   static std::vector<std::string> with_model(std::vector<std::string> args) {
     args.insert(args.begin(), {"--model", SQRTDK_SERVE_TEST_MODEL});
     return args;
@@ -23,6 +23,7 @@ class ServerProcess : public serve_harness::ChildServer {
 };
 
 using serve_harness::connect_loopback;
+using serve_harness::run_to_exit;
 using serve_harness::metric_value;
 
 }  // namespace sqrtdk::serve_test

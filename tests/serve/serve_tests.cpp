@@ -79,8 +79,8 @@ double wait_sessions_idle(int port) {
   return in_use;
 }
 
-// The metrics of `port` once `name` reaches `value` (at most 5 s): httplib counts a response in its logger, which
-// runs just after the last byte went out, so a client may ask before the count moved.
+// The metrics of `port` once `name` reaches `value` (at most 5 s): the server records a completion's latency just
+// after its last byte went out, so a client may ask before the count moved.
 std::string metrics_when(int port, const std::string& name, double value) {
   std::string m;
   for (int i = 0; i < 500; ++i) {

@@ -2,6 +2,7 @@
 #include "tools/serve/child_server.h"
 
 #include <arpa/inet.h>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
@@ -12,6 +13,7 @@
 #include <poll.h>
 #include <sstream>
 #include <stdexcept>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <thread>
@@ -19,7 +21,25 @@
 
 namespace sqrtdk::serve_harness {
 
-ChildServer::ChildServer(const std::string& exe, const std::vector<std::string>& args) {
+namespace {
+
+// In the child, before exec: the address-space limit, if any.
+void limit_address_space(size_t bytes) {
+  if (bytes == 0) return;
+  const rlimit limit{bytes, bytes};
+  setrlimit(RLIMIT_AS, &limit);
+}
+
+std::vector<char*> c_args(std::vector<std::string>& args) {
+  std::vector<char*> argv;
+  for (auto& s : args) argv.push_back(s.data());
+  argv.push_back(nullptr);
+  return argv;
+}
+
+}  // namespace
+
+ChildServer::ChildServer(const std::string& exe, const std::vector<std::string>& args, size_t address_space_bytes) {
   int out[2];
   if (pipe(out) != 0) throw std::runtime_error("pipe failed");
   std::vector<std::string> argv_s = {exe, "--host", "127.0.0.1", "--port", "0"};
@@ -30,10 +50,8 @@ ChildServer::ChildServer(const std::string& exe, const std::vector<std::string>&
     dup2(out[1], STDOUT_FILENO);
     close(out[0]);
     close(out[1]);
-    std::vector<char*> argv;
-    for (auto& s : argv_s) argv.push_back(s.data());
-    argv.push_back(nullptr);
-    execv(argv[0], argv.data());
+    limit_address_space(address_space_bytes);
+    execv(argv_s[0].c_str(), c_args(argv_s).data());
     _exit(127);
   }
   close(out[1]);
@@ -105,6 +123,48 @@ size_t ChildServer::rss_bytes() const {
     std::getline(f, key);
   }
   return 0;
+}
+
+ExitResult run_to_exit(const std::string& exe, const std::vector<std::string>& args, size_t address_space_bytes,
+                       double timeout_seconds) {
+  int out[2];
+  if (pipe(out) != 0) throw std::runtime_error("pipe failed");
+  std::vector<std::string> argv_s = {exe};
+  argv_s.insert(argv_s.end(), args.begin(), args.end());
+  const pid_t pid = fork();
+  if (pid < 0) throw std::runtime_error("fork failed");
+  if (pid == 0) {
+    dup2(out[1], STDOUT_FILENO);
+    dup2(out[1], STDERR_FILENO);
+    close(out[0]);
+    close(out[1]);
+    limit_address_space(address_space_bytes);
+    execv(argv_s[0].c_str(), c_args(argv_s).data());
+    _exit(127);
+  }
+  close(out[1]);
+  ExitResult r;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_seconds);
+  pollfd p{out[0], POLLIN, 0};
+  char buf[4096];
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (poll(&p, 1, 100) <= 0) continue;
+    const ssize_t n = read(out[0], buf, sizeof buf);
+    if (n <= 0) break;  // the child closed its output: it is exiting
+    r.output.append(buf, static_cast<size_t>(n));
+  }
+  close(out[0]);
+  int status = 0;
+  while (waitpid(pid, &status, WNOHANG) == 0) {
+    if (std::chrono::steady_clock::now() >= deadline) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      return r;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  r.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
 }
 
 int connect_loopback(int port, int timeout_seconds) {

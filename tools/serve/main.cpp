@@ -4,7 +4,8 @@
 //   curl -s 127.0.0.1:8080/v1/completions -d '{"prompt": "Once upon", "max_tokens": 32, "seed": 1}'
 //
 // Prints "listening on HOST:PORT" on stdout once it accepts connections (with --port 0 the port is the one the
-// system chose). SIGTERM or SIGINT: stop accepting, finish the requests in flight, exit 0.
+// system chose). SIGTERM or SIGINT: drain (see server.h: running requests finish, queued ones get 503, what is still
+// open after --grace seconds is cut), exit 0.
 #include "tools/serve/server.h"
 
 #include <sqrtdk/error.h>
@@ -16,6 +17,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <memory>
 #include <pthread.h>
 #include <thread>
 
@@ -36,7 +38,9 @@ int main(int argc, char** argv) {
   sqrtdk::serve::ServerOptions o;
   std::string model_path = default_model_path();
   CLI::App app{"sqrtdk-serve: an HTTP completion service (POST /v1/completions, GET /healthz, GET /metrics).\n"
-               "Exit codes: 0 ok (also after SIGTERM/SIGINT), 1 usage error, 2 model error, 3 cannot listen."};
+               "Exit codes: 0 ok (also after SIGTERM/SIGINT), 1 usage error, 2 model error, 3 cannot listen,\n"
+               "4 cannot start (a session's KV cache or a thread does not fit in memory or the process limits)."};
+  app.set_version_flag("--version", "sqrtdk-serve " SQRTDK_VERSION);
   app.add_option("--model", model_path, "model file (.sqdk); default: the bundled model")->capture_default_str();
   app.add_option("--host", o.host, "address to listen on (loopback by default)")->capture_default_str();
   app.add_option("--port", o.port, "TCP port; 0 = one the system picks (printed)")
@@ -49,17 +53,28 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0, 1024))->capture_default_str();
   app.add_option("--context", o.max_context, "context length per session; 0 = the model's max_seq")
       ->capture_default_str();
-  app.add_option("--max-body", o.max_body, "request body bytes at most (413 past it)")
+  app.add_option("--max-body", o.max_body, "request body bytes at most (413 past it, chunked bodies too)")
       ->check(CLI::Range(size_t{64}, size_t{1} << 30))->capture_default_str();
-  app.add_option("--timeout", o.timeout_seconds, "socket read/write timeout in seconds (slow clients)")
+  app.add_option("--timeout", o.timeout_seconds,
+                 "seconds a client has to send a whole request (head and body), to take each write, and idle "
+                 "between keep-alive requests")
       ->check(CLI::Range(1, 3600))->capture_default_str();
-  app.add_option("--http-threads", o.http_threads, "connection threads; 0 = max(256, sessions + queue + 16)")
-      ->capture_default_str();
+  app.add_option("--request-timeout", o.request_timeout_seconds,
+                 "seconds a completion may take from arrival (queue + generation): then 503 if still queued, or "
+                 "finish_reason \"time_limit\" with the tokens so far")
+      ->check(CLI::Range(1, 86400))->capture_default_str();
+  app.add_option("--grace", o.grace_seconds, "on SIGTERM/SIGINT: seconds before connections still open are cut")
+      ->check(CLI::Range(0, 3600))->capture_default_str();
+  app.add_option("--http-threads", o.http_threads, "I/O threads serving the connections; 0 = min(cores, 4)")
+      ->check(CLI::Range(0, 256))->capture_default_str();
+  app.add_option("--max-connections", o.max_connections,
+                 "open connections at most (past it: 503 and close); 0 = min(4096, open-file limit - 64)")
+      ->check(CLI::Range(0, 1 << 20))->capture_default_str();
   app.add_option("--delay-ms", o.token_delay_ms, "sleep per generated token: simulates a slower model (tests)")
       ->check(CLI::Range(0, 10000))->group("Testing");
   CLI11_PARSE(app, argc, argv);
 
-  // Signals go to one thread (sigwait) so no handler runs inside the engine or httplib; block them first, before
+  // Signals go to one thread (sigwait) so no handler runs inside the engine or the I/O threads; block them first, before
   // any thread starts, so every thread inherits the mask. SIGPIPE: a client that left must not kill the server.
   sigset_t stop_signals;
   sigemptyset(&stop_signals);
@@ -75,30 +90,48 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "sqrtdk-serve: %s\n", e.what());
     return 2;
   }
+  std::unique_ptr<sqrtdk::serve::Server> server_ptr;
   try {
-    sqrtdk::serve::Server server(model, o);
-    const int port = server.bind();
-    std::atomic<bool> done{false};
-    std::thread signal_watcher([&] {
+    server_ptr = std::make_unique<sqrtdk::serve::Server>(model, o);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "sqrtdk-serve: cannot start: %s\n", e.what());
+    return 4;
+  }
+  sqrtdk::serve::Server& server = *server_ptr;
+  int port = 0;
+  try {
+    port = server.bind();
+  } catch (const sqrtdk::Error& e) {
+    std::fprintf(stderr, "sqrtdk-serve: %s\n", e.what());
+    return 3;
+  }
+  std::atomic<bool> done{false};
+  std::thread signal_watcher;
+  try {
+    signal_watcher = std::thread([&] {
       const timespec tick{0, 100'000'000};
       while (!done.load()) {
         const int sig = sigtimedwait(&stop_signals, nullptr, &tick);
         if (sig == SIGTERM || sig == SIGINT) {
-          std::fprintf(stderr, "sqrtdk-serve: signal %d: finishing requests in flight\n", sig);
+          std::fprintf(stderr, "sqrtdk-serve: signal %d: finishing requests in flight (at most %d s)\n", sig,
+                       o.grace_seconds);
           server.stop();
           return;
         }
       }
     });
-    std::printf("listening on %s:%d\n", o.host.c_str(), port);
-    std::fflush(stdout);
-    server.run();
+    server.run([&] {
+      std::printf("listening on %s:%d\n", o.host.c_str(), port);
+      std::fflush(stdout);
+    });
+  } catch (const std::exception& e) {  // a thread that could not start
+    std::fprintf(stderr, "sqrtdk-serve: cannot start: %s\n", e.what());
     done = true;
-    signal_watcher.join();
-    std::fprintf(stderr, "sqrtdk-serve: stopped\n");
-  } catch (const sqrtdk::Error& e) {
-    std::fprintf(stderr, "sqrtdk-serve: %s\n", e.what());
-    return 3;
+    if (signal_watcher.joinable()) signal_watcher.join();
+    return 4;
   }
+  done = true;
+  signal_watcher.join();
+  std::fprintf(stderr, "sqrtdk-serve: stopped\n");
   return 0;
 }

@@ -1,13 +1,31 @@
-// sqrtdk-serve's HTTP service (see server.h): the session pool, the completion loop, metrics and routes.
+// sqrtdk-serve's HTTP service (see server.h): the session pool, the completion loop, metrics, and the connections.
+//
+// Why Boost.Beast (on Boost.Asio, Debian's libboost-dev 1.74) and not cpp-httplib 0.11, as issue 13 observed it:
+// httplib serves each connection on a thread of a fixed pool with only per-read timeouts, so slow-header clients
+// hold threads for ever and stall everyone; a client that half-closes after its request gets no response; of
+// pipelined requests only the first is answered; a chunked body is buffered whole before its size is checked (and
+// answered 400, not 413); conflicting Content-Length headers pass; a non-streaming handler cannot learn that its
+// client left; stop() cannot drain with a deadline. Debian ships httplib compiled: none of it is patchable from
+// outside. Beast gives an incremental HTTP parser with head and body limits (chunked bytes counted as they arrive,
+// conflicting Content-Length refused), asynchronous connections (a slow client costs a socket, not a thread), and
+// timeouts that cover a whole operation; we own every read and write, so pipelining, half-close, cancellation and
+// the drain are ours to define.
+// (libmicrohttpd 0.9.75 was the other candidate; but a handler that waits for the engine must suspend its connection,
+// and MHD neither reads nor times out a suspended one, so a client leaving mid-completion goes unnoticed there too.)
 #include "tools/serve/server.h"
 
+#include "tools/serve/http_framing.h"
 #include "tools/serve/request.h"
 
 #include <sqrtdk/error.h>
 #include <sqrtdk/generate.h>
 #include <sqrtdk/session.h>
 
-#include <httplib.h>
+#include <utility>  // before Asio: 1.74's headers use std::exchange without including it
+
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -16,11 +34,15 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <deque>
 #include <exception>
+#include <filesystem>
 #include <functional>
 #include <map>
 #include <mutex>
-#include <sys/socket.h>
+#include <set>
+#include <sys/resource.h>
+#include <system_error>
 #include <thread>
 #include <unistd.h>
 #include <vector>
@@ -29,7 +51,14 @@ namespace sqrtdk::serve {
 
 namespace {
 
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using asio::awaitable;
+using asio::use_awaitable;
 using nlohmann::json;
+using tcp = asio::ip::tcp;
+using Clock = std::chrono::steady_clock;
 
 double now_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -46,138 +75,33 @@ size_t resident_bytes() {
   return static_cast<size_t>(pages_resident) * static_cast<size_t>(sysconf(_SC_PAGESIZE));
 }
 
-// ---- the session pool: `n` sessions, each on its own worker thread, and a bounded wait queue ----
-
-class SessionPool {
- public:
-  struct Slot {
-    explicit Slot(Session s) : session(std::move(s)) {}
-    Session session;
-    std::thread worker;
-    std::mutex m;
-    std::condition_variable cv;
-    std::function<void()> job;  // set by run(), cleared by the worker when done
-    std::exception_ptr error;
-    bool quit = false;
-  };
-
-  // A session held by one request; returns it to the pool when destroyed.
-  class Lease {
-   public:
-    Lease(SessionPool& pool, Slot* slot) : pool_(pool), slot_(slot) {}
-    ~Lease() { pool_.release(slot_); }
-    Lease(const Lease&) = delete;
-    Lease& operator=(const Lease&) = delete;
-    Session& session() { return slot_->session; }
-    // Runs fn on the session's worker thread and waits for it; rethrows what it threw.
-    void run(std::function<void()> fn) {
-      std::unique_lock lk(slot_->m);
-      slot_->job = std::move(fn);
-      slot_->error = nullptr;
-      slot_->cv.notify_all();
-      slot_->cv.wait(lk, [&] { return !slot_->job; });
-      if (slot_->error) std::rethrow_exception(slot_->error);
-    }
-
-   private:
-    SessionPool& pool_;
-    Slot* slot_;
-  };
-
-  SessionPool(std::shared_ptr<const Model> model, size_t n_sessions, size_t queue_capacity,
-              const SessionOptions& options)
-      : queue_capacity_(queue_capacity) {
-    for (size_t i = 0; i < n_sessions; ++i) {
-      slots_.push_back(std::make_unique<Slot>(Session(model, options)));
-      Slot* s = slots_.back().get();
-      s->worker = std::thread([s] { work(*s); });
-      free_.push_back(s);
-    }
+// A thread, or an Error saying which one could not start and why (e.g. an address-space limit: each thread
+// reserves its stack).
+template <class F>
+std::thread start_thread(const std::string& what, F&& f) {
+  try {
+    return std::thread(std::forward<F>(f));
+  } catch (const std::system_error& e) {
+    throw Error("a new " + what + " thread: " + e.what() +
+                " (too little address space or too many threads? see ulimit -v and -u)");
   }
-
-  ~SessionPool() {
-    for (auto& s : slots_) {
-      {
-        std::lock_guard lk(s->m);
-        s->quit = true;
-      }
-      s->cv.notify_all();
-      s->worker.join();
-    }
-  }
-
-  // A free session, waiting for one if the queue has room; nullptr if all are busy and the queue is full.
-  std::unique_ptr<Lease> acquire() {
-    std::unique_lock lk(m_);
-    if (free_.empty()) {
-      if (waiting_ >= queue_capacity_) return nullptr;
-      ++waiting_;
-      cv_.wait(lk, [&] { return !free_.empty(); });
-      --waiting_;
-    }
-    Slot* s = free_.back();
-    free_.pop_back();
-    return std::make_unique<Lease>(*this, s);
-  }
-
-  size_t size() const { return slots_.size(); }
-  size_t in_use() const {
-    std::lock_guard lk(m_);
-    return slots_.size() - free_.size();
-  }
-  size_t waiting() const {
-    std::lock_guard lk(m_);
-    return waiting_;
-  }
-  size_t queue_capacity() const { return queue_capacity_; }
-
- private:
-  static void work(Slot& s) {
-    std::unique_lock lk(s.m);
-    for (;;) {
-      s.cv.wait(lk, [&] { return s.quit || s.job; });
-      if (s.job) {
-        try {
-          s.job();
-        } catch (...) {
-          s.error = std::current_exception();
-        }
-        s.job = nullptr;
-        s.cv.notify_all();
-      } else if (s.quit) {
-        return;
-      }
-    }
-  }
-
-  void release(Slot* s) {
-    {
-      std::lock_guard lk(m_);
-      free_.push_back(s);
-    }
-    cv_.notify_one();
-  }
-
-  const size_t queue_capacity_;
-  std::vector<std::unique_ptr<Slot>> slots_;
-  mutable std::mutex m_;
-  std::condition_variable cv_;
-  std::vector<Slot*> free_;
-  size_t waiting_ = 0;
-};
+}
 
 // ---- the completion loop ----
 
 struct Completion {
   std::vector<uint32_t> tokens;
   std::string text;
-  std::string finish_reason;  // "length", "stop", or "cancelled" (the client went away)
+  std::string finish_reason;  // "length", "stop", "time_limit", or "cancelled" (the client went away)
 };
 
-// Called with each token (and its text) once it is certain not to be part of a stop string; false stops.
-using EmitFn = std::function<bool(uint32_t token, std::string_view text)>;
+// Called with each token (and its text) once it is certain not to be part of a stop string.
+using EmitFn = std::function<void(uint32_t token, std::string_view text)>;
+// Checked before each token: nullptr to go on, or the finish reason to stop with.
+using InterruptFn = std::function<const char*()>;
 
-Completion run_completion(Session& session, const CompletionRequest& r, const EmitFn& emit, int token_delay_ms) {
+Completion run_completion(Session& session, const CompletionRequest& r, const EmitFn& emit,
+                          const InterruptFn& interrupted, int token_delay_ms) {
   const ModelConfig& config = session.model().config();
   const bool byte_level = config.tokenizer == TokenizerKind::byte_level;
   session.reset();
@@ -194,15 +118,17 @@ Completion run_completion(Session& session, const CompletionRequest& r, const Em
   auto flush = [&](size_t n_tokens) {
     for (; emitted < n_tokens; ++emitted) {
       const size_t begin = emitted ? ends[emitted - 1] : 0;
-      if (emit && !emit(c.tokens[emitted], std::string_view(c.text).substr(begin, ends[emitted] - begin)))
-        return false;
+      if (emit) emit(c.tokens[emitted], std::string_view(c.text).substr(begin, ends[emitted] - begin));
     }
-    return true;
   };
 
   std::span<const float> logits = session.prefill(r.prompt);
   c.finish_reason = "length";
   while (c.tokens.size() < r.max_tokens) {
+    if (const char* why = interrupted()) {
+      c.finish_reason = why;
+      break;
+    }
     const uint32_t token = sampler.sample(logits);
     if (token == config.eos_id ||
         std::find(r.stop_tokens.begin(), r.stop_tokens.end(), token) != r.stop_tokens.end()) {
@@ -244,16 +170,157 @@ Completion run_completion(Session& session, const CompletionRequest& r, const Em
     }
     size_t safe = c.tokens.size();
     while (safe > 0 && ends[safe - 1] > c.text.size() - hold) --safe;
-    if (!flush(safe)) {
-      c.finish_reason = "cancelled";
-      return c;
-    }
+    flush(safe);
     if (c.tokens.size() == r.max_tokens || session.n_past() >= session.max_context()) break;
     logits = session.decode(token);
   }
-  if (!flush(c.tokens.size())) c.finish_reason = "cancelled";
+  flush(c.tokens.size());
   return c;
 }
+
+// ---- the session pool: one worker thread per session, pulling completion jobs from a bounded queue ----
+
+// One completion on its way through the pool, shared by the connection that made it and the worker running it.
+struct Job {
+  Job(CompletionRequest r, Clock::time_point d, std::function<void()> n)
+      : request(std::move(r)), deadline(d), notify(std::move(n)) {}
+  const CompletionRequest request;
+  const Clock::time_point deadline;    // the per-request time limit
+  const std::function<void()> notify;  // wakes the connection; called from the worker thread
+  std::atomic<bool> cancelled{false};  // the client left or the drain cut it: stop at the next token
+
+  enum class State { queued, running, done, dropped };  // dropped: refused by the drain before it ran
+  std::mutex m;  // guards what follows
+  State state = State::queued;
+  std::string events;  // Server-Sent Events produced and not yet sent (streaming)
+  Completion result;
+  std::string error;  // what the engine threw, if it did
+};
+
+class SessionPool {
+ public:
+  using RunFn = std::function<void(Session&, Job&)>;  // must not throw
+  enum class Admission { accepted, full, closed };
+
+  SessionPool(const std::shared_ptr<const Model>& model, size_t n_sessions, size_t queue_capacity,
+              const SessionOptions& options, RunFn run)
+      : queue_capacity_(queue_capacity), run_(std::move(run)) {
+    // Every session before any thread: one that does not fit (its KV cache) throws with nothing to stop.
+    for (size_t i = 0; i < n_sessions; ++i) sessions_.push_back(std::make_unique<Session>(model, options));
+    running_.resize(n_sessions);
+    try {
+      for (size_t i = 0; i < n_sessions; ++i) workers_.push_back(start_thread("session worker", [this, i] { work(i); }));
+    } catch (...) {
+      shut_down();
+      throw;
+    }
+  }
+  ~SessionPool() { shut_down(); }
+  SessionPool(const SessionPool&) = delete;
+  SessionPool& operator=(const SessionPool&) = delete;
+
+  Admission submit(std::shared_ptr<Job> job) {
+    {
+      std::lock_guard lk(m_);
+      if (closed_) return Admission::closed;
+      if (busy_ + queue_.size() >= sessions_.size() + queue_capacity_) return Admission::full;
+      queue_.push_back(std::move(job));
+    }
+    cv_.notify_one();
+    return Admission::accepted;
+  }
+  // Takes a job out of the queue; false if a worker has it already.
+  bool withdraw(const std::shared_ptr<Job>& job) {
+    std::lock_guard lk(m_);
+    const auto it = std::find(queue_.begin(), queue_.end(), job);
+    if (it == queue_.end()) return false;
+    queue_.erase(it);
+    return true;
+  }
+  // The drain: refuse new jobs and drop the queued ones (their connections answer 503); running jobs go on.
+  void close() {
+    std::deque<std::shared_ptr<Job>> dropped;
+    {
+      std::lock_guard lk(m_);
+      closed_ = true;
+      dropped.swap(queue_);
+    }
+    for (auto& job : dropped) {
+      {
+        std::lock_guard lk(job->m);
+        job->state = Job::State::dropped;
+      }
+      job->notify();
+    }
+  }
+
+  size_t size() const { return sessions_.size(); }
+  size_t in_use() const {
+    std::lock_guard lk(m_);
+    return busy_;
+  }
+  size_t waiting() const {
+    std::lock_guard lk(m_);
+    return queue_.size();
+  }
+  size_t queue_capacity() const { return queue_capacity_; }
+
+ private:
+  void work(size_t i) {
+    for (;;) {
+      std::shared_ptr<Job> job;
+      {
+        std::unique_lock lk(m_);
+        cv_.wait(lk, [&] { return quit_ || !queue_.empty(); });
+        if (quit_) return;
+        job = queue_.front();
+        queue_.pop_front();
+        ++busy_;
+        running_[i] = job;
+      }
+      {
+        std::lock_guard lk(job->m);
+        job->state = Job::State::running;
+      }
+      job->notify();
+      run_(*sessions_[i], *job);
+      {
+        std::lock_guard lk(m_);
+        --busy_;
+        running_[i] = nullptr;
+      }
+      {
+        std::lock_guard lk(job->m);
+        job->state = Job::State::done;
+      }
+      job->notify();
+    }
+  }
+
+  void shut_down() {
+    {
+      std::lock_guard lk(m_);
+      quit_ = true;
+      for (auto& job : running_)
+        if (job) job->cancelled = true;
+    }
+    cv_.notify_all();
+    for (auto& w : workers_)
+      if (w.joinable()) w.join();
+  }
+
+  const size_t queue_capacity_;
+  const RunFn run_;
+  std::vector<std::unique_ptr<Session>> sessions_;
+  std::vector<std::thread> workers_;  // workers_[i] runs sessions_[i]
+  mutable std::mutex m_;              // guards what follows
+  std::condition_variable cv_;
+  std::deque<std::shared_ptr<Job>> queue_;
+  std::vector<std::shared_ptr<Job>> running_;  // running_[i]: the job of worker i, or null
+  size_t busy_ = 0;
+  bool closed_ = false;
+  bool quit_ = false;
+};
 
 // ---- metrics ----
 
@@ -279,8 +346,9 @@ class Metrics {
   std::atomic<uint64_t> generated_tokens{0};
   std::atomic<uint64_t> rejected{0};
   std::atomic<uint64_t> disconnects{0};
+  std::atomic<uint64_t> refused_connections{0};
 
-  std::string text(const SessionPool& pool) const {
+  std::string text(const SessionPool& pool, size_t open_connections) const {
     std::string s;
     auto line = [&](const std::string& l) { s += l + "\n"; };
     std::lock_guard lk(m_);
@@ -297,7 +365,7 @@ class Metrics {
     line("# HELP sqrtdk_rejected_total Completions answered 503 because all sessions were busy and the queue full.");
     line("# TYPE sqrtdk_rejected_total counter");
     line("sqrtdk_rejected_total " + std::to_string(rejected.load()));
-    line("# HELP sqrtdk_client_disconnects_total Streams cut short because the client went away.");
+    line("# HELP sqrtdk_client_disconnects_total Completions cut short because the client went away.");
     line("# TYPE sqrtdk_client_disconnects_total counter");
     line("sqrtdk_client_disconnects_total " + std::to_string(disconnects.load()));
     line("# HELP sqrtdk_request_duration_seconds Latency of POST /v1/completions (any status).");
@@ -323,6 +391,12 @@ class Metrics {
     line("# HELP sqrtdk_queue_capacity Requests that may wait; past it, 503.");
     line("# TYPE sqrtdk_queue_capacity gauge");
     line("sqrtdk_queue_capacity " + std::to_string(pool.queue_capacity()));
+    line("# HELP sqrtdk_open_connections Client connections open now.");
+    line("# TYPE sqrtdk_open_connections gauge");
+    line("sqrtdk_open_connections " + std::to_string(open_connections));
+    line("# HELP sqrtdk_refused_connections_total Connections answered 503 and closed at once: too many were open.");
+    line("# TYPE sqrtdk_refused_connections_total counter");
+    line("sqrtdk_refused_connections_total " + std::to_string(refused_connections.load()));
     line("# HELP sqrtdk_resident_memory_bytes Resident set size of the server process.");
     line("# TYPE sqrtdk_resident_memory_bytes gauge");
     line("sqrtdk_resident_memory_bytes " + std::to_string(resident_bytes()));
@@ -337,31 +411,99 @@ class Metrics {
   double latency_sum_ = 0;
 };
 
-void json_error(httplib::Response& res, int status, const std::string& message) {
-  res.status = status;
+// ---- connections ----
+
+constexpr size_t kPipelineLimit = 64 << 10;    // bytes of later requests read ahead while a completion runs
+constexpr auto kProbeInterval = std::chrono::milliseconds(500);
+constexpr auto kLinger = std::chrono::seconds(1);  // reading what a client still sends before closing on it
+constexpr std::string_view kProbe = "HTTP/1.1 102 Processing\r\n\r\n";
+
+// A response that is not a stream.
+struct Reply {
+  int status = 200;
+  std::string body;
+  std::string content_type = "application/json";
+  std::vector<std::pair<http::field, std::string>> headers;
+  bool close = false;  // the connection closes after it
+};
+
+Reply json_error(int status, const std::string& message) {
   const char* type = status == 400   ? "invalid_request"
                      : status == 413 ? "body_too_large"
+                     : status == 431 ? "header_too_large"
                      : status == 503 ? "overloaded"
                      : status == 404 ? "not_found"
                      : status == 405 ? "method_not_allowed"
                                      : "server_error";
-  res.set_content(dump(json{{"error", {{"message", message}, {"type", type}, {"code", status}}}}) + "\n",
-                  "application/json");
+  Reply r;
+  r.status = status;
+  r.body = dump(json{{"error", {{"message", message}, {"type", type}, {"code", status}}}}) + "\n";
+  return r;
 }
 
-// The latency clock of the request this connection thread is serving (httplib serves a request on one thread).
-thread_local double t_request_start = 0;
+// One client connection. Everything here runs on the connection's strand: its coroutine, the socket's handlers,
+// and the wake-ups posted by the session worker and the drain.
+struct Connection : std::enable_shared_from_this<Connection> {
+  explicit Connection(tcp::socket socket) : stream(std::move(socket)), wake(stream.get_executor()) {
+    // The completion loop reads after a readiness wait, which can be spurious: such a read must not block.
+    beast::error_code ec;
+    stream.socket().non_blocking(true, ec);
+  }
+
+  beast::tcp_stream stream;
+  beast::flat_buffer buffer;  // bytes read and not yet parsed: pipelined requests wait here
+  asio::steady_timer wake;    // the coroutine sleeps on it while a completion runs
+  bool woken = false;         // a wake-up came while the coroutine was not sleeping
+  bool reading_request = false;
+  bool cut = false;           // closed by the drain: give up
+  bool watching = false;      // a wait for readability is pending
+  bool readable = false;      // ... and it completed
+  bool peer_closed = false;   // the client half-closed (or left: only a write can tell)
+  bool close_after_reply = false;  // the response said "Connection: close" (or ends at the close)
+
+  // Idle: waiting for the first byte of a request; the drain closes such connections at once.
+  bool idle() const { return reading_request && buffer.size() == 0; }
+  void wake_up() {
+    woken = true;
+    wake.cancel();
+  }
+  // For other threads: wakes the coroutine on its strand (if the connection still exists).
+  std::function<void()> notifier() {
+    return [self = weak_from_this(), ex = stream.get_executor()] {
+      asio::post(ex, [self] {
+        if (auto c = self.lock()) c->wake_up();
+      });
+    };
+  }
+  awaitable<void> sleep_until(Clock::time_point t) {
+    if (!woken) {
+      wake.expires_at(t);
+      beast::error_code ec;
+      co_await wake.async_wait(asio::redirect_error(use_awaitable, ec));
+    }
+    woken = false;
+  }
+  void close() {
+    cut = true;
+    stream.close();
+    wake_up();
+  }
+};
 
 }  // namespace
 
-// ---- the server ----
-
 class ServerImpl {
  public:
-  ServerImpl(std::shared_ptr<const Model> model, const ServerOptions& o)
-      : model_(std::move(model)), options_(o), pool_(model_, o.sessions, o.queue, session_options(*model_, o)) {
-    limits_.max_context = pool_context(*model_, o);
-    setup_routes();
+  ServerImpl(std::shared_ptr<const Model> model, const ServerOptions& options)
+      : model_(std::move(model)),
+        options_(options),
+        control_(asio::make_strand(io_)),
+        acceptor_(control_),
+        grace_timer_(control_),
+        max_connections_(max_connections(options)),
+        pool_(model_, options.sessions, options.queue, session_options(*model_, options),
+              [this](Session& s, Job& job) { run_job(s, job); }) {
+    limits_.max_context = pool_context(*model_, options);
   }
 
   static size_t pool_context(const Model& model, const ServerOptions& o) {
@@ -375,190 +517,483 @@ class ServerImpl {
     so.n_threads = o.threads > 0 ? o.threads : std::max(1, cores / static_cast<int>(o.sessions));
     return so;
   }
+  // Each connection holds a file descriptor: stay under the process's limit, with room for the model and logs.
+  static size_t max_connections(const ServerOptions& o) {
+    if (o.max_connections) return o.max_connections;
+    rlimit nofile{};
+    size_t limit = 4096;
+    if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur != RLIM_INFINITY)
+      limit = std::min<size_t>(limit, nofile.rlim_cur > 80 ? nofile.rlim_cur - 64 : 16);
+    return limit;
+  }
 
   int bind() {
-    const int port = options_.port == 0 ? http_.bind_to_any_port(options_.host)
-                                        : (http_.bind_to_port(options_.host, options_.port) ? options_.port : -1);
-    if (port < 0)
-      throw Error("cannot listen on " + options_.host + ":" + std::to_string(options_.port) +
+    beast::error_code ec;
+    tcp::endpoint endpoint;
+    tcp::resolver resolver(io_);  // a name ("localhost") or an address
+    const auto found = resolver.resolve(options_.host, std::to_string(options_.port),
+                                        tcp::resolver::passive | tcp::resolver::numeric_service, ec);
+    if (!ec && found.empty()) ec = asio::error::host_not_found;
+    if (!ec) endpoint = found.begin()->endpoint();
+    if (!ec) acceptor_.open(endpoint.protocol(), ec);
+    if (!ec) acceptor_.set_option(asio::socket_base::reuse_address(true), ec);
+    if (!ec) acceptor_.bind(endpoint, ec);
+    if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
+    if (ec)
+      throw Error("cannot listen on " + options_.host + ":" + std::to_string(options_.port) + ": " + ec.message() +
                   " (address in use, or not a local address?)");
-    // Debian's httplib listens with a backlog of 5 (compiled in): a burst of connections then waits on SYN
-    // retransmits (1 s, 3 s, ...). Calling listen() again on the bound socket raises the backlog.
-    if (listen_fd_ >= 0) ::listen(listen_fd_, SOMAXCONN);
-    return port;
+    return acceptor_.local_endpoint().port();
   }
-  void run() { http_.listen_after_bind(); }
-  void stop() { http_.stop(); }
-  std::string metrics() const { return metrics_.text(pool_); }
+
+  void run(const std::function<void()>& on_ready) {
+    asio::co_spawn(control_, accept_loop(), [](std::exception_ptr e) { log_exception("accept", e); });
+    const size_t n_threads = options_.http_threads
+                                 ? options_.http_threads
+                                 : std::clamp<size_t>(std::thread::hardware_concurrency(), 1, 4);
+    std::vector<std::thread> threads;
+    try {
+      for (size_t i = 1; i < n_threads; ++i) threads.push_back(start_thread("HTTP I/O", [this] { io_.run(); }));
+    } catch (...) {
+      io_.stop();
+      for (auto& t : threads) t.join();
+      throw;
+    }
+    if (on_ready) on_ready();
+    io_.run();
+    for (auto& t : threads) t.join();
+  }
+
+  void stop() {
+    asio::post(control_, [this] { begin_drain(); });
+  }
+
+  std::string metrics() const { return metrics_.text(pool_, open_connections()); }
 
  private:
-  void setup_routes() {
-    const size_t http_threads =
-        options_.http_threads ? options_.http_threads : std::max<size_t>(256, options_.sessions + options_.queue + 16);
-    http_.new_task_queue = [http_threads] { return new httplib::ThreadPool(http_threads); };
-    http_.set_payload_max_length(options_.max_body);
-    http_.set_read_timeout(options_.timeout_seconds, 0);
-    http_.set_write_timeout(options_.timeout_seconds, 0);
-    http_.set_keep_alive_timeout(std::min(options_.timeout_seconds, 5));
-    http_.set_keep_alive_max_count(100);
-    http_.set_tcp_nodelay(true);  // one SSE event per token: no Nagle delay
-    http_.set_socket_options([this](socket_t fd) {  // called on the listening socket only
-      httplib::default_socket_options(fd);
-      listen_fd_ = fd;
-    });
-
-    http_.set_pre_routing_handler([](const httplib::Request&, httplib::Response&) {
-      t_request_start = now_seconds();
-      return httplib::Server::HandlerResponse::Unhandled;
-    });
-    http_.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
-      metrics_.count_response(res.status);
-      if (req.path == "/v1/completions") metrics_.observe_latency(now_seconds() - t_request_start);
-    });
-    http_.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
-      if (!res.body.empty() || res.is_chunked_content_provider_) return;
-      if (res.status == 413)
-        json_error(res, 413, "request body too large");
-      else if (res.status == 404)
-        json_error(res, 404, "no such endpoint: " + req.method + " " + req.path);
-      else
-        json_error(res, res.status, "HTTP error " + std::to_string(res.status));
-    });
-    http_.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
-      std::string what = "internal error";
-      try {
-        std::rethrow_exception(ep);
-      } catch (const std::exception& e) {
-        what = e.what();
-      } catch (...) {
-      }
-      json_error(res, 500, what);
-    });
-
-    http_.Get("/healthz", [this](const httplib::Request&, httplib::Response& res) {
-      res.set_content(dump(json{{"status", "ok"},
-                                {"sessions", pool_.size()},
-                                {"sessions_in_use", pool_.in_use()},
-                                {"queue_depth", pool_.waiting()},
-                                {"model", model_->path()}}) +
-                          "\n",
-                      "application/json");
-    });
-    http_.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-      res.set_content(metrics_.text(pool_), "text/plain; version=0.0.4");
-    });
-    http_.Post("/v1/completions",
-               [this](const httplib::Request& req, httplib::Response& res) { completions(req, res); });
+  static void log_exception(const char* where, std::exception_ptr e) {
+    if (!e) return;
+    try {
+      std::rethrow_exception(e);
+    } catch (const std::exception& x) {
+      std::fprintf(stderr, "sqrtdk-serve: %s: %s\n", where, x.what());
+    }
   }
 
-  void completions(const httplib::Request& req, httplib::Response& res) {
-    CompletionRequest r;
+  size_t open_connections() const {
+    std::lock_guard lk(connections_m_);
+    return connections_.size();
+  }
+
+  // ---- accepting, and the drain (on control_) ----
+
+  awaitable<void> accept_loop() {
+    asio::steady_timer backoff(control_);
+    for (;;) {
+      beast::error_code ec;
+      auto accepted = co_await acceptor_.async_accept(asio::make_strand(io_), asio::redirect_error(use_awaitable, ec));
+      if (!acceptor_.is_open()) co_return;  // the drain closed it
+      if (ec) {  // e.g. out of file descriptors: wait a little instead of spinning
+        backoff.expires_after(std::chrono::milliseconds(100));
+        co_await backoff.async_wait(asio::redirect_error(use_awaitable, ec));
+        continue;
+      }
+      auto c = std::make_shared<Connection>(tcp::socket(std::move(accepted)));
+      bool refused = false;
+      {
+        std::lock_guard lk(connections_m_);
+        refused = connections_.size() >= max_connections_;
+        if (!refused) connections_.insert(c);
+      }
+      auto on_exit = [](std::exception_ptr e) { log_exception("connection", e); };
+      if (refused)
+        asio::co_spawn(c->stream.get_executor(), refuse(c), on_exit);
+      else
+        asio::co_spawn(c->stream.get_executor(), serve(c), on_exit);
+    }
+  }
+
+  void begin_drain() {
+    if (draining_.exchange(true)) return;
+    beast::error_code ec;
+    acceptor_.close(ec);
+    pool_.close();
+    std::vector<std::shared_ptr<Connection>> open;
+    {
+      std::lock_guard lk(connections_m_);
+      open.assign(connections_.begin(), connections_.end());
+    }
+    if (open.empty()) return;
+    for (auto& c : open)
+      asio::post(c->stream.get_executor(), [c] {
+        if (c->idle()) c->close();
+      });
+    grace_timer_.expires_after(std::chrono::seconds(options_.grace_seconds));
+    grace_timer_.async_wait([this](beast::error_code e) {
+      if (e) return;  // every connection ended in time
+      std::lock_guard lk(connections_m_);
+      for (auto& c : connections_) asio::post(c->stream.get_executor(), [c] { c->close(); });
+    });
+  }
+
+  void forget(const std::shared_ptr<Connection>& c) {
+    std::lock_guard lk(connections_m_);
+    connections_.erase(c);
+    if (draining_ && connections_.empty()) asio::post(control_, [this] { grace_timer_.cancel(); });
+  }
+
+  // ---- one connection (on its strand) ----
+
+  awaitable<void> refuse(std::shared_ptr<Connection> c) {
+    ++metrics_.refused_connections;
+    Reply r = json_error(503, "too many connections (" + std::to_string(max_connections_) + "); retry later");
+    r.headers.emplace_back(http::field::retry_after, "1");
+    r.close = true;
+    if (co_await send(*c, r, 11, false)) co_await close_gracefully(*c);
+  }
+
+  awaitable<void> serve(std::shared_ptr<Connection> c) {
     try {
-      r = parse_completion_request(req.body, model_->config(), limits_);
-    } catch (const RequestError& e) {
-      json_error(res, e.status(), e.what());
-      return;
+      if (co_await serve_requests(*c)) co_await close_gracefully(*c);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "sqrtdk-serve: connection: %s\n", e.what());
     }
-    std::unique_ptr<SessionPool::Lease> lease = pool_.acquire();
-    if (!lease) {
-      ++metrics_.rejected;
-      res.set_header("Retry-After", "1");
-      json_error(res, 503, "all " + std::to_string(pool_.size()) + " sessions are busy and the queue of " +
-                               std::to_string(pool_.queue_capacity()) + " is full; retry later");
-      return;
-    }
-    const std::string id = "cmpl-" + std::to_string(++next_id_);
-    metrics_.prompt_tokens += r.prompt.size();
+    c->stream.close();
+    forget(c);
+  }
 
-    if (!r.stream) {
-      Completion c;
-      lease->run([&] { c = run_completion(lease->session(), r, nullptr, options_.token_delay_ms); });
-      lease.reset();
-      metrics_.generated_tokens += c.tokens.size();
-      res.set_content(dump(json{{"id", id},
-                                {"object", "text_completion"},
-                                {"text", c.text},
-                                {"tokens", c.tokens},
-                                {"finish_reason", c.finish_reason},
-                                {"usage",
-                                 {{"prompt_tokens", r.prompt.size()},
-                                  {"completion_tokens", c.tokens.size()},
-                                  {"total_tokens", r.prompt.size() + c.tokens.size()}}}}) +
-                          "\n",
-                      "application/json");
-      return;
+  // Answers requests until the connection should close; false if it is unusable already (no graceful close).
+  awaitable<bool> serve_requests(Connection& c) {
+    for (;;) {
+      RequestParser parser;
+      set_limits(parser, options_.max_body);
+      beast::error_code ec;
+      c.reading_request = true;
+      // One deadline for the whole request, head and body: a client trickling bytes gets no more time.
+      c.stream.expires_after(std::chrono::seconds(options_.timeout_seconds));
+      co_await http::async_read_header(c.stream, c.buffer, parser, asio::redirect_error(use_awaitable, ec));
+      if (!ec && !parser.is_done()) {
+        const auto& head = parser.get();
+        if (head.version() == 11 && beast::iequals(head[http::field::expect], "100-continue"))
+          co_await asio::async_write(c.stream, asio::buffer(std::string_view("HTTP/1.1 100 Continue\r\n\r\n")),
+                                     asio::redirect_error(use_awaitable, ec));
+        if (!ec) co_await http::async_read(c.stream, c.buffer, parser, asio::redirect_error(use_awaitable, ec));
+      }
+      c.reading_request = false;
+      if (c.cut) co_return false;
+      if (ec) {
+        const int status = framing_error_status(ec);
+        if (status == 0) co_return ec == http::error::end_of_stream;
+        Reply r = status == 413 ? json_error(413, "request body too large: the limit is " +
+                                                      std::to_string(options_.max_body) + " bytes (--max-body)")
+                  : status == 431
+                      ? json_error(431, "request head too large: the limit is " + std::to_string(kHeaderLimit) +
+                                            " bytes")
+                      : json_error(400, "malformed HTTP request: " + ec.message());
+        r.close = true;
+        co_return co_await send(c, r, 11, false);
+      }
+      const http::request<http::string_body>& req = parser.get();
+      const bool keep_alive = req.keep_alive() && !draining_;
+      if (!co_await respond(c, req, keep_alive)) co_return false;
+      if (c.close_after_reply) co_return true;
     }
+  }
 
-    // Streaming: the provider runs the whole generation in its first call, writing one event per token.
-    struct Stream {
-      std::unique_ptr<SessionPool::Lease> lease;
-      CompletionRequest request;
-      std::string id;
+  awaitable<bool> send(Connection& c, const Reply& r, unsigned version, bool keep_alive) {
+    http::response<http::string_body> res{static_cast<http::status>(r.status), version};
+    res.set(http::field::content_type, r.content_type);
+    for (const auto& [field, value] : r.headers) res.set(field, value);
+    res.body() = r.body;
+    res.keep_alive(keep_alive && !r.close);
+    res.prepare_payload();
+    metrics_.count_response(r.status);
+    beast::error_code ec;
+    c.stream.expires_after(std::chrono::seconds(options_.timeout_seconds));
+    co_await http::async_write(c.stream, res, asio::redirect_error(use_awaitable, ec));
+    if (!res.keep_alive()) c.close_after_reply = true;
+    co_return !ec;
+  }
+
+  // Stops sending, then reads what the client still sends for a moment (e.g. the rest of a refused body): closing
+  // with unread data would reset the connection and could destroy our answer before the client read it.
+  awaitable<void> close_gracefully(Connection& c) {
+    beast::error_code ec;
+    c.stream.socket().shutdown(tcp::socket::shutdown_send, ec);
+    c.stream.expires_after(kLinger);
+    std::array<char, 4096> scratch;
+    while (!ec) co_await c.stream.async_read_some(asio::buffer(scratch), asio::redirect_error(use_awaitable, ec));
+  }
+
+  awaitable<bool> respond(Connection& c, const http::request<http::string_body>& req, bool keep_alive) {
+    const std::string_view target(req.target().data(), req.target().size());
+    const std::string_view path = target.substr(0, target.find('?'));
+    const double t0 = now_seconds();
+    struct Route {
+      std::string_view path;
+      http::verb method;
     };
-    auto st = std::make_shared<Stream>(Stream{std::move(lease), std::move(r), id});
-    res.set_header("Cache-Control", "no-cache");
-    res.set_chunked_content_provider(
-        "text/event-stream",
-        [this, st](size_t, httplib::DataSink& sink) {
-          Completion c;
-          bool ok = true;
-          try {
-            st->lease->run([&] {
-              c = run_completion(st->lease->session(), st->request,
-                                 [&](uint32_t token, std::string_view text) {
-                                   ++metrics_.generated_tokens;
-                                   const std::string ev =
-                                       "data: " + dump(json{{"id", st->id}, {"token", token}, {"text", text}}) +
-                                       "\n\n";
-                                   return sink.write(ev.data(), ev.size());
-                                 },
-                                 options_.token_delay_ms);
-            });
-          } catch (const std::exception& e) {
-            const std::string ev = "event: error\ndata: " + dump(json{{"error", {{"message", e.what()}}}}) + "\n\n";
-            ok = sink.write(ev.data(), ev.size());
-            c.finish_reason = "error";
-          }
-          st->lease.reset();  // the session is free before the last bytes go out
-          if (c.finish_reason == "cancelled" || !ok) {
-            ++metrics_.disconnects;
-            return false;
-          }
-          const std::string end =
-              "data: " +
-              dump(json{{"id", st->id},
-                        {"finish_reason", c.finish_reason},
-                        {"usage",
-                         {{"prompt_tokens", st->request.prompt.size()},
-                          {"completion_tokens", c.tokens.size()},
-                          {"total_tokens", st->request.prompt.size() + c.tokens.size()}}}}) +
-              "\n\ndata: [DONE]\n\n";
-          if (!sink.write(end.data(), end.size())) {
-            ++metrics_.disconnects;
-            return false;
-          }
-          sink.done();
-          return true;
-        },
-        // Runs when the response is destroyed, also if the provider never ran (the client left first).
-        [st](bool) { st->lease.reset(); });
+    static constexpr std::array<Route, 3> kRoutes = {
+        Route{"/v1/completions", http::verb::post}, Route{"/healthz", http::verb::get},
+        Route{"/metrics", http::verb::get}};
+    const auto route = std::find_if(kRoutes.begin(), kRoutes.end(), [&](const Route& r) { return r.path == path; });
+    Reply r;
+    if (route == kRoutes.end()) {
+      r = json_error(404, "no such endpoint: " + std::string(req.method_string()) + " " + std::string(path));
+    } else if (req.method() != route->method) {
+      const std::string allowed(http::to_string(route->method));
+      r = json_error(405, std::string(path) + " takes " + allowed + ", not " + std::string(req.method_string()));
+      r.headers.emplace_back(http::field::allow, allowed);
+    } else if (path == "/v1/completions") {
+      const bool ok = co_await complete(c, req, keep_alive);
+      metrics_.observe_latency(now_seconds() - t0);
+      co_return ok;
+    } else if (path == "/healthz") {
+      r.body = dump(json{{"status", "ok"},
+                         {"sessions", pool_.size()},
+                         {"sessions_in_use", pool_.in_use()},
+                         {"queue_depth", pool_.waiting()},
+                         {"model", std::filesystem::path(model_->path()).filename().string()}}) +
+               "\n";
+    } else {
+      r.body = metrics();
+      r.content_type = "text/plain; version=0.0.4";
+    }
+    co_return co_await send(c, r, req.version(), keep_alive);
+  }
+
+  // ---- completions ----
+
+  // Runs on a session worker thread.
+  void run_job(Session& session, Job& job) {
+    EmitFn emit;
+    if (job.request.stream)
+      emit = [&job](uint32_t token, std::string_view text) {
+        {
+          std::lock_guard lk(job.m);
+          job.events += "data: " + dump(json{{"token", token}, {"text", text}}) + "\n\n";
+        }
+        job.notify();
+      };
+    auto interrupted = [&job]() -> const char* {
+      if (job.cancelled) return "cancelled";
+      if (Clock::now() >= job.deadline) return "time_limit";
+      return nullptr;
+    };
+    Completion result;
+    std::string error;
+    try {
+      result = run_completion(session, job.request, emit, interrupted, options_.token_delay_ms);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+    metrics_.generated_tokens += result.tokens.size();
+    std::lock_guard lk(job.m);
+    job.result = std::move(result);
+    job.error = std::move(error);
+  }
+
+  // Answers one completion: JSON, or a stream of Server-Sent Events. While it runs, the socket is watched: bytes of
+  // pipelined requests are kept for later; a client that half-closed is probed with "102 Processing" interim
+  // responses (HTTP/1.1 clients skip them), because only a write tells a half-closed client, which still reads,
+  // from one that left. A failed write cancels the job.
+  awaitable<bool> complete(Connection& c, const http::request<http::string_body>& req, bool keep_alive) {
+    const unsigned version = req.version();
+    CompletionRequest request;
+    Reply invalid;  // co_await may not appear in a catch block
+    try {
+      request = parse_completion_request(req.body(), model_->config(), limits_);
+    } catch (const RequestError& e) {
+      invalid = json_error(e.status(), e.what());
+    }
+    if (invalid.status != 200) co_return co_await send(c, invalid, version, keep_alive);
+    const bool streaming = request.stream;
+    const size_t prompt_tokens = request.prompt.size();
+    auto job = std::make_shared<Job>(std::move(request),
+                                     Clock::now() + std::chrono::seconds(options_.request_timeout_seconds),
+                                     c.notifier());
+    const SessionPool::Admission admission = pool_.submit(job);
+    if (admission != SessionPool::Admission::accepted) {
+      if (admission == SessionPool::Admission::full) ++metrics_.rejected;
+      Reply r = json_error(503, admission == SessionPool::Admission::closed
+                                    ? std::string("the server is shutting down")
+                                    : "all " + std::to_string(pool_.size()) + " sessions are busy and the queue of " +
+                                          std::to_string(pool_.queue_capacity()) + " is full; retry later");
+      r.headers.emplace_back(http::field::retry_after, "1");
+      r.close = admission == SessionPool::Admission::closed;
+      co_return co_await send(c, r, version, keep_alive);
+    }
+    metrics_.prompt_tokens += prompt_tokens;
+    const std::string id = "cmpl-" + std::to_string(++next_id_);
+
+    // A write failed: the client left. The job stops at its next token.
+    auto give_up = [&] {
+      job->cancelled = true;
+      ++metrics_.disconnects;
+      return false;
+    };
+    const auto never = Clock::time_point::max();
+    auto next_probe = never;
+    bool headers_sent = false;
+    const bool chunked = version == 11;  // an HTTP/1.0 stream is delimited by closing the connection
+    beast::error_code ec;
+    Job::State state = Job::State::queued;
+    std::string events;
+    for (;;) {
+      if (!c.peer_closed && !c.watching && c.buffer.size() < kPipelineLimit) watch_peer(c);
+      co_await c.sleep_until(std::min(next_probe, state == Job::State::queued ? job->deadline : never));
+      if (c.cut) {  // by the drain's grace period
+        job->cancelled = true;
+        co_return false;
+      }
+      if (c.readable) {
+        c.readable = false;
+        const size_t n = c.stream.socket().read_some(c.buffer.prepare(kPipelineLimit), ec);
+        c.buffer.commit(n);
+        if (ec == asio::error::eof) {
+          c.peer_closed = true;
+          if (version == 11 && !headers_sent) next_probe = Clock::now();
+        } else if (ec && ec != asio::error::would_block) {
+          co_return give_up();
+        }
+        ec = {};
+      }
+      if (Clock::now() >= next_probe) {
+        c.stream.expires_after(std::chrono::seconds(options_.timeout_seconds));
+        co_await asio::async_write(c.stream, asio::buffer(kProbe), asio::redirect_error(use_awaitable, ec));
+        if (ec) co_return give_up();
+        next_probe = Clock::now() + kProbeInterval;
+      }
+      {
+        std::lock_guard lk(job->m);
+        state = job->state;
+        events.swap(job->events);
+      }
+      if (state == Job::State::dropped) {
+        co_await stop_watching(c);
+        Reply r = json_error(503, "the server is shutting down");
+        r.headers.emplace_back(http::field::retry_after, "1");
+        r.close = true;
+        co_return co_await send(c, r, version, false);
+      }
+      if (state == Job::State::queued && Clock::now() >= job->deadline && pool_.withdraw(job)) {
+        co_await stop_watching(c);
+        Reply r = json_error(503, "no session became free within the request time limit of " +
+                                      std::to_string(options_.request_timeout_seconds) + " s");
+        r.headers.emplace_back(http::field::retry_after, "1");
+        co_return co_await send(c, r, version, keep_alive);
+      }
+      if (streaming && state != Job::State::queued && !headers_sent) {
+        // Headers go out only once a session runs the job: until then a 503 can still be the answer.
+        http::response<http::empty_body> head{http::status::ok, version};
+        head.set(http::field::content_type, "text/event-stream");
+        head.set(http::field::cache_control, "no-cache");
+        head.keep_alive(keep_alive && chunked);
+        head.chunked(chunked);
+        http::response_serializer<http::empty_body> serializer{head};
+        metrics_.count_response(200);
+        c.stream.expires_after(std::chrono::seconds(options_.timeout_seconds));
+        co_await http::async_write_header(c.stream, serializer, asio::redirect_error(use_awaitable, ec));
+        if (ec) co_return give_up();
+        headers_sent = true;
+        next_probe = never;
+      }
+      if (!events.empty() && !co_await write_stream(c, events, chunked)) co_return give_up();
+      events.clear();
+      if (state == Job::State::done) break;
+    }
+    co_await stop_watching(c);
+
+    Completion result;
+    std::string error;
+    {
+      std::lock_guard lk(job->m);  // the worker is done with the job: this only orders our reads after its writes
+      result = std::move(job->result);
+      error = std::move(job->error);
+    }
+    if (!streaming) {
+      if (!error.empty()) co_return co_await send(c, json_error(500, error), version, keep_alive);
+      Reply r;
+      r.body = dump(json{{"id", id},
+                         {"object", "text_completion"},
+                         {"text", result.text},
+                         {"tokens", result.tokens},
+                         {"finish_reason", result.finish_reason},
+                         {"usage",
+                          {{"prompt_tokens", prompt_tokens},
+                           {"completion_tokens", result.tokens.size()},
+                           {"total_tokens", prompt_tokens + result.tokens.size()}}}}) +
+               "\n";
+      co_return co_await send(c, r, version, keep_alive);
+    }
+    std::string end;
+    if (!error.empty()) end = "event: error\ndata: " + dump(json{{"error", {{"message", error}}}}) + "\n\n";
+    end += "data: " +
+           dump(json{{"id", id},
+                     {"finish_reason", error.empty() ? result.finish_reason : "error"},
+                     {"usage",
+                      {{"prompt_tokens", prompt_tokens},
+                       {"completion_tokens", result.tokens.size()},
+                       {"total_tokens", prompt_tokens + result.tokens.size()}}}}) +
+           "\n\ndata: [DONE]\n\n";
+    if (!co_await write_stream(c, end, chunked)) co_return give_up();
+    if (chunked) {
+      c.stream.expires_after(std::chrono::seconds(options_.timeout_seconds));
+      co_await asio::async_write(c.stream, http::make_chunk_last(), asio::redirect_error(use_awaitable, ec));
+      if (ec) co_return give_up();
+    }
+    if (!chunked || !keep_alive) c.close_after_reply = true;
+    co_return true;
+  }
+
+  awaitable<bool> write_stream(Connection& c, const std::string& text, bool chunked) {
+    beast::error_code ec;
+    c.stream.expires_after(std::chrono::seconds(options_.timeout_seconds));
+    if (chunked)
+      co_await asio::async_write(c.stream, http::make_chunk(asio::buffer(text)), asio::redirect_error(use_awaitable, ec));
+    else
+      co_await asio::async_write(c.stream, asio::buffer(text), asio::redirect_error(use_awaitable, ec));
+    co_return !ec;
+  }
+
+  // Waits (without reading) until the client sends something or closes; the completion loop then reads it.
+  static void watch_peer(Connection& c) {
+    c.watching = true;
+    c.stream.socket().async_wait(tcp::socket::wait_read, [self = c.shared_from_this()](beast::error_code ec) {
+      self->watching = false;
+      if (!ec) self->readable = true;
+      self->wake_up();
+    });
+  }
+  // The next request is read from the stream: no other read may be pending then.
+  static awaitable<void> stop_watching(Connection& c) {
+    if (!c.watching) co_return;
+    beast::error_code ec;
+    c.stream.socket().cancel(ec);
+    while (c.watching) co_await c.sleep_until(Clock::time_point::max());
+    c.readable = false;
   }
 
   std::shared_ptr<const Model> model_;
-  ServerOptions options_;
-  SessionPool pool_;
+  const ServerOptions options_;
+  asio::io_context io_;
+  asio::strand<asio::io_context::executor_type> control_;  // the acceptor and the drain
+  tcp::acceptor acceptor_;
+  asio::steady_timer grace_timer_;
+  const size_t max_connections_;
+  std::atomic<bool> draining_{false};
+  mutable std::mutex connections_m_;
+  std::set<std::shared_ptr<Connection>> connections_;
   RequestLimits limits_;
   Metrics metrics_;
   std::atomic<uint64_t> next_id_{0};
-  int listen_fd_ = -1;
-  httplib::Server http_;
+  SessionPool pool_;  // last: its workers (which call run_job) stop first
 };
 
 Server::Server(std::shared_ptr<const Model> model, const ServerOptions& options)
     : impl_(std::make_unique<ServerImpl>(std::move(model), options)) {}
 Server::~Server() = default;
 int Server::bind() { return impl_->bind(); }
-void Server::run() { impl_->run(); }
+void Server::run(const std::function<void()>& on_ready) { impl_->run(on_ready); }
 void Server::stop() { impl_->stop(); }
 std::string Server::metrics_text() const { return impl_->metrics(); }
 

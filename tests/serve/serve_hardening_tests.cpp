@@ -1,0 +1,473 @@
+// sqrtdk-serve under hostile clients, faults and shutdown (issue 13): resource limits at start, cancellation of
+// abandoned completions, the per-request time limit, half-close, pipelining, conflicting framing, oversized chunked
+// bodies, slow-header floods, the connection cap, the SIGTERM drain, 405s, /healthz, --version. Raw loopback sockets
+// (127.0.0.1), every wait bounded.
+#include "tests/serve/serve_test_util.h"
+
+#include <doctest/doctest.h>
+#include <nlohmann/json.hpp>
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <csignal>
+#include <cstdlib>
+#include <map>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+using nlohmann::json;
+using sqrtdk::serve_test::connect_loopback;
+using sqrtdk::serve_test::metric_value;
+using sqrtdk::serve_test::run_to_exit;
+using sqrtdk::serve_test::ServerProcess;
+using Clock = std::chrono::steady_clock;
+
+struct IgnoreSigpipe {
+  IgnoreSigpipe() { std::signal(SIGPIPE, SIG_IGN); }  // writes to a server that closed must not kill the test
+};
+const IgnoreSigpipe ignore_sigpipe;
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+bool send_all(int fd, const std::string& bytes) {
+  return send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(bytes.size());
+}
+
+// A new loopback connection that has sent `bytes`.
+int open_with(int port, const std::string& bytes) {
+  const int fd = connect_loopback(port);
+  REQUIRE(fd >= 0);
+  REQUIRE(send_all(fd, bytes));
+  return fd;
+}
+
+// What arrives on fd until the server closes it or `seconds` pass.
+std::string read_until_closed(int fd, double seconds) {
+  std::string out;
+  const auto t0 = Clock::now();
+  char buf[8192];
+  while (seconds_since(t0) < seconds) {
+    pollfd p{fd, POLLIN, 0};
+    if (poll(&p, 1, 50) <= 0) continue;
+    const ssize_t n = recv(fd, buf, sizeof buf, 0);
+    if (n <= 0) break;
+    out.append(buf, static_cast<size_t>(n));
+  }
+  return out;
+}
+
+// True if the server closed fd (EOF or reset) within `seconds`; bytes it sent before are skipped.
+bool closed_within(int fd, double seconds) {
+  const auto t0 = Clock::now();
+  char buf[4096];
+  while (seconds_since(t0) < seconds) {
+    pollfd p{fd, POLLIN, 0};
+    if (poll(&p, 1, 50) <= 0) continue;
+    if (recv(fd, buf, sizeof buf, 0) <= 0) return true;
+  }
+  return false;
+}
+
+std::string post_request(const json& body, const std::string& extra_headers = "") {
+  const std::string b = body.dump();
+  return "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n" + extra_headers +
+         "Content-Length: " + std::to_string(b.size()) + "\r\n\r\n" + b;
+}
+
+std::string get_request(const std::string& path, const std::string& extra_headers = "") {
+  return "GET " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\n" + extra_headers + "\r\n";
+}
+
+struct RawResponse {
+  int status = 0;
+  std::map<std::string, std::string> headers;  // names in lower case
+  std::string body;                           // de-chunked
+};
+
+// Consecutive HTTP/1.1 responses in `bytes` (Content-Length or chunked bodies, 1xx interim ones included); stops at
+// the first incomplete one.
+std::vector<RawResponse> parse_responses(const std::string& bytes) {
+  std::vector<RawResponse> out;
+  size_t pos = 0;
+  for (;;) {
+    const size_t head_end = bytes.find("\r\n\r\n", pos);
+    if (head_end == std::string::npos || bytes.compare(pos, 9, "HTTP/1.1 ") != 0) return out;
+    RawResponse r;
+    r.status = std::atoi(bytes.c_str() + pos + 9);
+    size_t line = bytes.find("\r\n", pos) + 2;
+    while (line < head_end) {
+      const size_t eol = bytes.find("\r\n", line);
+      const size_t colon = bytes.find(':', line);
+      std::string name = bytes.substr(line, colon - line);
+      std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return std::tolower(c); });
+      r.headers[name] = bytes.substr(colon + 2, eol - colon - 2);
+      line = eol + 2;
+    }
+    pos = head_end + 4;
+    if (r.headers["transfer-encoding"] == "chunked") {
+      for (;;) {
+        const size_t eol = bytes.find("\r\n", pos);
+        if (eol == std::string::npos) return out;
+        const size_t n = std::strtoul(bytes.c_str() + pos, nullptr, 16);
+        if (bytes.size() < eol + 2 + n + 2) return out;
+        r.body += bytes.substr(eol + 2, n);
+        pos = eol + 2 + n + 2;
+        if (n == 0) break;
+      }
+    } else if (r.headers.count("content-length")) {
+      const size_t n = std::stoul(r.headers["content-length"]);
+      if (bytes.size() < pos + n) return out;
+      r.body = bytes.substr(pos, n);
+      pos += n;
+    }
+    out.push_back(r);
+  }
+}
+
+// Final (non-1xx) responses only.
+std::vector<RawResponse> final_responses(const std::string& bytes) {
+  std::vector<RawResponse> all = parse_responses(bytes), out;
+  for (auto& r : all)
+    if (r.status >= 200) out.push_back(r);
+  return out;
+}
+
+std::string get_metrics(int port) {
+  const int fd = open_with(port, get_request("/metrics", "Connection: close\r\n"));
+  const auto responses = final_responses(read_until_closed(fd, 5));
+  close(fd);
+  REQUIRE(responses.size() == 1);
+  return responses[0].body;
+}
+
+// Polls /metrics (at most `seconds`) until `name` equals `value`; returns the last value seen.
+double wait_metric(int port, const std::string& name, double value, double seconds = 5) {
+  const auto t0 = Clock::now();
+  double v = -1;
+  while (seconds_since(t0) < seconds) {
+    v = metric_value(get_metrics(port), name);
+    if (v == value) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return v;
+}
+
+constexpr size_t kGiB = size_t{1} << 30;
+
+}  // namespace
+
+TEST_CASE("serve hardening: default options start and serve under a 1 GiB address-space limit") {
+  // Before: 256 HTTP threads (8 MiB stacks each) aborted the server after "listening".
+  ServerProcess server({}, kGiB);
+  const int fd = open_with(server.port(), post_request({{"prompt", "a"}, {"max_tokens", 4}}, "Connection: close\r\n"));
+  const auto r = final_responses(read_until_closed(fd, 10));
+  close(fd);
+  REQUIRE(r.size() == 1);
+  CHECK(r[0].status == 200);
+  CHECK(server.running());
+}
+
+TEST_CASE("serve hardening: start-up that cannot get its threads exits 4 with a clear message") {
+  // 256 I/O threads reserve 2 GiB of stacks: they do not fit in 1 GiB. The error comes before "listening".
+  const auto r = run_to_exit(SQRTDK_SERVE_BIN, ServerProcess::with_model({"--port", "0", "--http-threads", "256"}),
+                             kGiB, 20);
+  INFO(r.output);
+  CHECK(r.status == 4);
+  CHECK(r.output.find("sqrtdk-serve: cannot start: a new HTTP I/O thread") != std::string::npos);
+  CHECK(r.output.find("ulimit") != std::string::npos);
+  CHECK(r.output.find("listening") == std::string::npos);
+}
+
+TEST_CASE("serve hardening: a session whose KV cache does not fit ends start-up with the KV cache error") {
+  // The long-context toy needs 64 MiB of KV cache per session: the first sessions fit in 768 MiB, later ones do not.
+  // Before: the pool threw after starting worker threads, and the server hung in ~Slot or aborted.
+  const auto r = run_to_exit(SQRTDK_SERVE_BIN,
+                             {"--model", SQRTDK_SERVE_LONG_MODEL, "--port", "0", "--sessions", "16", "--threads", "1"},
+                             768 << 20, 20);
+  INFO(r.output);
+  CHECK(r.status == 4);
+  CHECK(r.output.find("KV cache") != std::string::npos);
+  CHECK(r.output.find("MiB") != std::string::npos);
+}
+
+TEST_CASE("serve hardening: a non-streaming client that disconnects cancels its completion") {
+  // 400 tokens at 20 ms each would hold the only session for 8 s (greedy: this toy emits no EOS on "a").
+  ServerProcess server({"--sessions", "1", "--delay-ms", "20"});
+  const int fd = open_with(server.port(), post_request({{"prompt", "a"}, {"max_tokens", 400}, {"temperature", 0}}));
+  REQUIRE(wait_metric(server.port(), "sqrtdk_sessions_in_use", 1) == 1);
+  close(fd);
+  const auto t0 = Clock::now();
+  CHECK(wait_metric(server.port(), "sqrtdk_sessions_in_use", 0, 5) == 0);
+  CHECK(seconds_since(t0) < 3);
+  const std::string m = get_metrics(server.port());
+  CHECK(metric_value(m, "sqrtdk_client_disconnects_total") == 1);
+  CHECK(metric_value(m, "sqrtdk_tokens_generated_total") < 400);
+}
+
+TEST_CASE("serve hardening: --request-timeout stops a long completion with finish_reason time_limit") {
+  ServerProcess server({"--sessions", "1", "--delay-ms", "20", "--request-timeout", "1"});
+  const auto t0 = Clock::now();
+  const int fd = open_with(server.port(),
+                           post_request({{"prompt", "a"}, {"max_tokens", 400}, {"temperature", 0}}, "Connection: close\r\n"));
+  const auto r = final_responses(read_until_closed(fd, 10));
+  close(fd);
+  CHECK(seconds_since(t0) < 4);
+  REQUIRE(r.size() == 1);
+  CHECK(r[0].status == 200);
+  const json j = json::parse(r[0].body);
+  CHECK(j["finish_reason"] == "time_limit");
+  CHECK(j["tokens"].size() < 400);
+  CHECK(j["tokens"].size() > 0);
+}
+
+TEST_CASE("serve hardening: a client that half-closes after a complete request gets its response") {
+  // Fast (answered before the half-close is seen) and slow (the server notices the half-close while generating
+  // and probes with 102 interim responses, which the client reads past).
+  for (const char* delay : {"0", "20"}) {
+    ServerProcess server({"--delay-ms", delay});
+    const int fd = open_with(server.port(), post_request({{"prompt", "a"}, {"max_tokens", 40}, {"seed", 2}}));
+    REQUIRE(shutdown(fd, SHUT_WR) == 0);
+    const auto r = final_responses(read_until_closed(fd, 10));
+    close(fd);
+    REQUIRE(r.size() == 1);
+    CHECK(r[0].status == 200);
+    CHECK(json::parse(r[0].body)["usage"]["completion_tokens"] == json::parse(r[0].body)["tokens"].size());
+    CHECK(metric_value(get_metrics(server.port()), "sqrtdk_client_disconnects_total") == 0);
+  }
+}
+
+TEST_CASE("serve hardening: pipelined requests are all answered, in order") {
+  ServerProcess server({});
+  std::string batch;
+  for (const char* prompt : {"a", "bb", "ccc"}) batch += post_request({{"prompt", prompt}, {"max_tokens", 3}});
+  batch += get_request("/healthz");
+  batch += post_request({{"prompt", "dddd"}, {"max_tokens", 3}}, "Connection: close\r\n");
+  const int fd = open_with(server.port(), batch);
+  const auto r = final_responses(read_until_closed(fd, 10));
+  close(fd);
+  REQUIRE(r.size() == 5);
+  const size_t prompt_tokens[] = {2, 3, 4, 0, 5};  // BOS + bytes
+  for (size_t i = 0; i < r.size(); ++i) {
+    CHECK(r[i].status == 200);
+    if (i == 3)
+      CHECK(json::parse(r[i].body)["status"] == "ok");
+    else
+      CHECK(json::parse(r[i].body)["usage"]["prompt_tokens"] == prompt_tokens[i]);
+  }
+}
+
+TEST_CASE("serve hardening: back-to-back completions on one keep-alive connection never stall") {
+  // The server watches the socket while a completion runs; a spurious readiness must not block it in a read.
+  ServerProcess server({"--http-threads", "4"});
+  const int fd = connect_loopback(server.port());
+  REQUIRE(fd >= 0);
+  std::string pending;
+  char buf[8192];
+  for (int i = 0; i < 300; ++i) {
+    REQUIRE(send_all(fd, post_request({{"prompt", "a"}, {"max_tokens", 2}, {"seed", i}})));
+    const auto t0 = Clock::now();
+    std::vector<RawResponse> r;
+    while (r.empty() && seconds_since(t0) < 5) {
+      pollfd p{fd, POLLIN, 0};
+      if (poll(&p, 1, 50) <= 0) continue;
+      const ssize_t n = recv(fd, buf, sizeof buf, 0);
+      if (n <= 0) break;
+      pending.append(buf, static_cast<size_t>(n));
+      r = final_responses(pending);
+    }
+    INFO("request " << i);
+    REQUIRE(r.size() == 1);
+    CHECK(r[0].status == 200);
+    pending.clear();
+  }
+  close(fd);
+}
+
+TEST_CASE("serve hardening: framing attacks: conflicting Content-Length 400, oversized chunked body 413 early") {
+  ServerProcess server({"--max-body", "4096"});
+  const std::string body = json{{"prompt", "a"}, {"max_tokens", 2}}.dump();
+  {
+    const int fd = open_with(server.port(), "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: " +
+                                                std::to_string(body.size()) + "\r\nContent-Length: " +
+                                                std::to_string(body.size() + 1) + "\r\n\r\n" + body);
+    const auto r = final_responses(read_until_closed(fd, 5));
+    close(fd);
+    REQUIRE(r.size() == 1);
+    CHECK(r[0].status == 400);
+    CHECK(json::parse(r[0].body)["error"]["message"].get<std::string>().find("Content-Length") != std::string::npos);
+  }
+  {
+    // 64 KiB of chunks, and the body never ends: the answer must come once the limit is passed, not at the end.
+    const int fd = open_with(server.port(),
+                             "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n\r\n");
+    const std::string chunk = "400\r\n" + std::string(1024, 'x') + "\r\n";
+    for (int i = 0; i < 64; ++i)
+      if (!send_all(fd, chunk)) break;  // the server may have answered and closed already
+    const auto t0 = Clock::now();
+    const auto r = final_responses(read_until_closed(fd, 5));
+    close(fd);
+    CHECK(seconds_since(t0) < 3);
+    REQUIRE(r.size() == 1);
+    CHECK(r[0].status == 413);
+    CHECK(json::parse(r[0].body)["error"]["type"] == "body_too_large");
+  }
+  {
+    // Neighbours: Content-Length with chunked (request smuggling) is 400; a head past 16 KiB is 431.
+    const int smuggle = open_with(server.port(), "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 4"
+                                                 "\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n");
+    const auto r = final_responses(read_until_closed(smuggle, 5));
+    close(smuggle);
+    REQUIRE(r.size() == 1);
+    CHECK(r[0].status == 400);
+    const int big = open_with(server.port(), get_request("/healthz", "X-Big: " + std::string(17000, 'a') + "\r\n"));
+    const auto b = final_responses(read_until_closed(big, 5));
+    close(big);
+    REQUIRE(b.size() == 1);
+    CHECK(b[0].status == 431);
+  }
+  const std::string m = get_metrics(server.port());
+  CHECK(metric_value(m, "sqrtdk_requests_total{code=\"400\"}") == 2);
+  CHECK(metric_value(m, "sqrtdk_requests_total{code=\"413\"}") == 1);
+  CHECK(metric_value(m, "sqrtdk_requests_total{code=\"431\"}") == 1);
+}
+
+TEST_CASE("serve hardening: Expect 100-continue, and an HTTP/1.0 stream delimited by the close") {
+  ServerProcess server({});
+  const std::string body = json{{"prompt", "a"}, {"max_tokens", 3}}.dump();
+  const int fd = open_with(server.port(), "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nExpect: 100-continue\r\n"
+                                          "Connection: close\r\nContent-Length: " +
+                                              std::to_string(body.size()) + "\r\n\r\n");
+  char buf[256];
+  pollfd p{fd, POLLIN, 0};
+  REQUIRE(poll(&p, 1, 5000) == 1);
+  const ssize_t n = recv(fd, buf, sizeof buf, 0);
+  REQUIRE(n > 0);
+  CHECK(std::string(buf, static_cast<size_t>(n)).rfind("HTTP/1.1 100 Continue\r\n\r\n", 0) == 0);
+  REQUIRE(send_all(fd, body));
+  const auto r = final_responses(read_until_closed(fd, 5));
+  close(fd);
+  REQUIRE(r.size() == 1);
+  CHECK(r[0].status == 200);
+
+  const std::string sbody = json{{"prompt", "a"}, {"max_tokens", 3}, {"stream", true}}.dump();
+  const int old = open_with(server.port(), "POST /v1/completions HTTP/1.0\r\nContent-Length: " +
+                                               std::to_string(sbody.size()) + "\r\n\r\n" + sbody);
+  const std::string got = read_until_closed(old, 5);
+  close(old);
+  CHECK(got.rfind("HTTP/1.0 200", 0) == 0);
+  CHECK(got.find("Transfer-Encoding") == std::string::npos);
+  CHECK(got.ends_with("data: [DONE]\n\n"));
+}
+
+TEST_CASE("serve hardening: slow-header clients do not stall others, and the whole head has one deadline") {
+  ServerProcess server({"--http-threads", "32", "--timeout", "2"});
+  std::vector<int> slow;
+  for (int i = 0; i < 100; ++i) slow.push_back(open_with(server.port(), "GET /healthz HTTP/1.1\r\nHo"));
+  const auto t0 = Clock::now();
+  const int fd = open_with(server.port(), get_request("/healthz", "Connection: close\r\n"));
+  const auto r = final_responses(read_until_closed(fd, 5));
+  close(fd);
+  CHECK(seconds_since(t0) < 1.5);  // httplib 0.11: no answer within 5 s
+  REQUIRE(r.size() == 1);
+  CHECK(r[0].status == 200);
+  for (int s : slow) close(s);
+
+  // A client that trickles its head one byte every 200 ms never lets a read time out, but is cut at --timeout.
+  const int trickle = connect_loopback(server.port());
+  REQUIRE(trickle >= 0);
+  const std::string head = "GET /healthz HTTP/1.1\r\nX-Slow: " + std::string(100, 'a');
+  const auto t1 = Clock::now();
+  bool cut = false;
+  for (char ch : head) {
+    if (!send_all(trickle, std::string(1, ch)) || closed_within(trickle, 0.2)) {
+      cut = true;
+      break;
+    }
+  }
+  close(trickle);
+  CHECK(cut);
+  CHECK(seconds_since(t1) < 4);
+}
+
+TEST_CASE("serve hardening: past --max-connections a new connection gets 503 and is closed") {
+  ServerProcess server({"--max-connections", "8"});
+  std::vector<int> held;
+  for (int i = 0; i < 7; ++i) held.push_back(open_with(server.port(), "GET /healthz HTTP/1.1\r\n"));
+  REQUIRE(wait_metric(server.port(), "sqrtdk_open_connections", 8) == 8);  // 7 + the one asking
+  held.push_back(open_with(server.port(), "GET /healthz HTTP/1.1\r\n"));  // accepted in order: the 8th
+  const int fd = open_with(server.port(), get_request("/healthz"));
+  auto r = final_responses(read_until_closed(fd, 5));
+  close(fd);
+  REQUIRE(r.size() == 1);
+  CHECK(r[0].status == 503);
+  CHECK(r[0].headers["retry-after"] == "1");
+  for (int s : held) close(s);
+  CHECK(wait_metric(server.port(), "sqrtdk_open_connections", 1) == 1);
+  const std::string m = get_metrics(server.port());
+  CHECK(metric_value(m, "sqrtdk_refused_connections_total") >= 1);  // and /metrics polls while the 8 were closing
+}
+
+TEST_CASE("serve hardening: SIGTERM drains: running stream ends with [DONE], queued gets 503, slow ones are cut") {
+  ServerProcess server({"--sessions", "1", "--queue", "4", "--delay-ms", "20", "--grace", "2"});
+  const json stream = {{"prompt", "a"}, {"max_tokens", 50}, {"stream", true}};
+  const int running = open_with(server.port(), post_request(stream));
+  REQUIRE(wait_metric(server.port(), "sqrtdk_sessions_in_use", 1) == 1);
+  const int queued = open_with(server.port(), post_request(stream));
+  REQUIRE(wait_metric(server.port(), "sqrtdk_queue_depth", 1) == 1);
+  const int idle = connect_loopback(server.port());
+  REQUIRE(idle >= 0);
+  const int slow = open_with(server.port(), "GET /healthz HTTP/1.1\r\nHo");
+  REQUIRE(wait_metric(server.port(), "sqrtdk_open_connections", 5) == 5);  // 4 + the /metrics one
+
+  const auto t0 = Clock::now();
+  kill(server.pid(), SIGTERM);
+  const auto q = final_responses(read_until_closed(queued, 5));
+  REQUIRE(q.size() == 1);
+  CHECK(q[0].status == 503);  // before any 200 header
+  CHECK(closed_within(idle, 1));
+  const auto r = final_responses(read_until_closed(running, 5));
+  REQUIRE(r.size() == 1);
+  CHECK(r[0].status == 200);
+  CHECK(r[0].body.find("data: [DONE]") != std::string::npos);
+  CHECK(closed_within(slow, 4));  // cut by the grace period (2 s), not the 10 s request timeout
+  CHECK(server.stop(0, 5) == 0);  // already exiting: signal 0 only waits
+  CHECK(seconds_since(t0) < 4);
+  for (int fd : {running, queued, idle, slow}) close(fd);
+}
+
+TEST_CASE("serve hardening: a wrong method is 405 with Allow, /healthz names the model file and not its path") {
+  ServerProcess server({});
+  const std::pair<std::string, std::string> cases[] = {
+      {"POST /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}", "GET"},
+      {get_request("/v1/completions"), "POST"},
+      {"DELETE /metrics HTTP/1.1\r\nHost: x\r\n\r\n", "GET"}};
+  for (const auto& [request, allow] : cases) {
+    const int fd = open_with(server.port(), request);
+    shutdown(fd, SHUT_WR);
+    auto r = final_responses(read_until_closed(fd, 5));
+    close(fd);
+    REQUIRE(r.size() == 1);
+    CHECK(r[0].status == 405);
+    CHECK(r[0].headers["allow"] == allow);
+    CHECK(json::parse(r[0].body)["error"]["type"] == "method_not_allowed");
+  }
+  const int fd = open_with(server.port(), get_request("/healthz?verbose=1", "Connection: close\r\n"));
+  const auto r = final_responses(read_until_closed(fd, 5));
+  close(fd);
+  REQUIRE(r.size() == 1);
+  CHECK(json::parse(r[0].body)["model"] == "serve-toy.sqdk");
+  CHECK(r[0].body.find('/') == std::string::npos);
+}
+
+TEST_CASE("serve hardening: --version") {
+  const auto r = run_to_exit(SQRTDK_SERVE_BIN, {"--version"});
+  CHECK(r.status == 0);
+  CHECK(r.output.rfind("sqrtdk-serve ", 0) == 0);
+}
