@@ -16,11 +16,16 @@
 //             count in effect, weights reordered once into its preferred layout, memory objects and stream
 //             created once (perf/common/onednn_peer.h); only primitive.execute + stream.wait are timed.
 //   OpenBLAS: the call a user would make: cblas_sgemv for M = 1, cblas_sgemm otherwise; thread count set once
-//             per block. OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE (set by the project environment for old OpenBLAS
-//             bugs; with them OpenBLAS runs AVX2 kernels) are read when libopenblas loads, so this program
-//             re-executes itself once without them (its own environment only) before anything runs.
+//             per block; its best kernels for this CPU. Debian's OpenBLAS 0.3.21 does not recognise every CPU we
+//             run on (on the Xeon, family 6 model 207, its own detection picks "Prescott": SSE3 kernels), and the
+//             project environment sets OPENBLAS_CORETYPE=Haswell (AVX2) and OPENBLAS_L2_SIZE for old bugs. Both
+//             variables are read when libopenblas loads, so this program re-executes itself once (its own
+//             environment only) with OPENBLAS_CORETYPE naming the kernels of the best ISA we detect (SkylakeX for
+//             AVX-512 F/BW/DQ/VL, Haswell for AVX2 + FMA; --openblas-coretype to choose) and OPENBLAS_L2_SIZE
+//             removed. The core OpenBLAS reports (openblas_get_corename) is printed and kept in --json.
 // Flags: --isa ref|avx2|avx512 (our kernels: the entry of gemm_kernels() that ISA selects, named in the output;
-// default: SQRTDK_ISA or the best), --only SUBSTRING (cases whose name contains it), --no-openblas, plus the common
+// default: SQRTDK_ISA or the best), --only SUBSTRING (cases whose name contains it), --no-openblas,
+// --openblas-coretype NAME (default from the CPU, see above; "auto" = OpenBLAS's own detection), plus the common
 // ones (--json, --smoke, --reps, --threads).
 #include "perf/common/bench_util.h"
 #include "perf/common/onednn_peer.h"
@@ -51,6 +56,7 @@ using namespace sqrtdk::perf;
 using sqrtdk::ops::PackedWeights;
 
 extern "C" void openblas_set_num_threads(int);
+extern "C" char* openblas_get_corename(void);
 
 namespace {
 
@@ -132,31 +138,54 @@ void check_agree(const Case& c, const char* peer, const std::vector<float>& ours
                 " (largest |value| " + std::to_string(scale) + ")");
 }
 
-// OpenBLAS reads OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE when it is loaded: if either is set, run this program again
-// without them (in its own environment only). Returns only if neither is set.
-void reexec_without_openblas_overrides(char** argv) {
-  if (std::getenv("OPENBLAS_CORETYPE") == nullptr && std::getenv("OPENBLAS_L2_SIZE") == nullptr) return;
-  unsetenv("OPENBLAS_CORETYPE");
+// OpenBLAS's kernels for the best ISA this CPU runs ("" = leave the choice to OpenBLAS's own detection).
+std::string default_openblas_coretype() {
+  switch (best_isa()) {
+    case Isa::avx512: return "SkylakeX";
+    case Isa::avx2: return "Haswell";
+    default: return "";
+  }
+}
+
+// OpenBLAS reads OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE when it is loaded: unless they already are as wanted
+// (coretype set, or unset if empty; no L2 override), run this program again with them so (its own environment only).
+void reexec_for_openblas(const std::string& coretype, char** argv) {
+  const char* have = std::getenv("OPENBLAS_CORETYPE");
+  const bool coretype_ok = coretype.empty() ? have == nullptr : have != nullptr && coretype == have;
+  if (coretype_ok && std::getenv("OPENBLAS_L2_SIZE") == nullptr) return;
+  if (coretype.empty())
+    unsetenv("OPENBLAS_CORETYPE");
+  else
+    setenv("OPENBLAS_CORETYPE", coretype.c_str(), 1);
   unsetenv("OPENBLAS_L2_SIZE");
   execv("/proc/self/exe", argv);
-  throw Error(std::string("bench-gemm: cannot re-execute itself without OPENBLAS_CORETYPE/OPENBLAS_L2_SIZE: ") +
+  throw Error(std::string("bench-gemm: cannot re-execute itself with OpenBLAS's environment set: ") +
               std::strerror(errno));
 }
 
 }  // namespace
 
 int main(int argc, char** argv) try {
+  // Read before anything else: they decide whether this process re-executes itself for OpenBLAS.
   bool with_openblas = true;
-  for (int i = 1; i < argc; ++i)
+  std::string coretype = default_openblas_coretype();
+  for (int i = 1; i < argc; ++i) {
     if (std::string(argv[i]) == "--no-openblas") with_openblas = false;
-  if (with_openblas) reexec_without_openblas_overrides(argv);
+    if (std::string(argv[i]) == "--openblas-coretype" && i + 1 < argc) {
+      coretype = argv[i + 1];
+      if (coretype == "auto") coretype.clear();
+    }
+  }
+  if (with_openblas) reexec_for_openblas(coretype, argv);
   BenchArgs args = BenchArgs::parse(
       argc, argv,
       "bench-gemm: sqrtdk GEMM vs oneDNN matmul and OpenBLAS sgemv/sgemm, interleaved (GFLOP/s, % of measured "
       "peak, ratios)\n"
       "  --isa ref|avx2|avx512  our kernels' ISA (default: SQRTDK_ISA or the best)\n"
       "  --only SUBSTRING       only cases whose name contains it (e.g. 'decode', '512x3072')\n"
-      "  --no-openblas          skip OpenBLAS");
+      "  --no-openblas          skip OpenBLAS\n"
+      "  --openblas-coretype NAME  OpenBLAS's kernels (default: SkylakeX on AVX-512, Haswell on AVX2; auto = its "
+      "own detection)");
   Isa isa = default_isa();
   std::string only;
   for (size_t i = 0; i < args.rest.size(); ++i) {
@@ -166,7 +195,9 @@ int main(int argc, char** argv) try {
       if (!cpu_supports(isa)) throw Error("--isa " + std::string(isa_name(isa)) + ": not supported by this CPU");
     } else if (a == "--only" && i + 1 < args.rest.size()) {
       only = args.rest[++i];
-    } else if (a == "--no-openblas") {  // read before BenchArgs::parse: it decides the re-execution
+    } else if (a == "--no-openblas") {  // both read before BenchArgs::parse: they decide the re-execution
+    } else if (a == "--openblas-coretype" && i + 1 < args.rest.size()) {
+      ++i;
     } else {
       std::fprintf(stderr, "bench-gemm: unknown argument '%s' (see --help)\n", a.c_str());
       return 1;
@@ -192,9 +223,10 @@ int main(int argc, char** argv) try {
         {"reps", args.reps},
         {"onednn", "primitive per shape and thread count, weights reordered and memory objects made outside the "
                    "timed loop; only execute + wait timed"},
-        {"openblas", with_openblas ? "cblas_sgemv for M = 1, cblas_sgemm otherwise; OPENBLAS_CORETYPE and "
-                                     "OPENBLAS_L2_SIZE unset"
-                                   : "not run (--no-openblas)"}}},
+        {"openblas", with_openblas ? "cblas_sgemv for M = 1, cblas_sgemm otherwise; OPENBLAS_CORETYPE set to the "
+                                     "best ISA's kernels, OPENBLAS_L2_SIZE unset"
+                                   : "not run (--no-openblas)"},
+        {"openblas_core", with_openblas ? std::string(openblas_get_corename()) : std::string("-")}}},
       {"results", nlohmann::json::array()}};
   for (int t : args.threads)
     out["roofs"].push_back({{"threads", t}, {"fma_peak_gflops", peak[t]}, {"dram_read_gbs", bandwidth[t]}});
@@ -259,6 +291,7 @@ int main(int argc, char** argv) try {
                 isa_name(isa), kernel, out["machine"]["cpu"].get<std::string>().c_str(), args.reps);
     for (int t : args.threads)
       std::printf("  %d thread(s): FMA peak %.1f GFLOP/s, DRAM read %.1f GB/s\n", t, peak[t], bandwidth[t]);
+    if (with_openblas) std::printf("OpenBLAS core: %s\n", openblas_get_corename());
     std::printf("%s", table.str().c_str());
   }
   return 0;
