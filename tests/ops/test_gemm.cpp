@@ -13,6 +13,7 @@
 #include <sqrtdk/isa.h>
 
 #include <doctest/doctest.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <cfloat>
@@ -412,6 +413,32 @@ TEST_CASE("gemm_unpacked: K = 0 writes alpha · (an empty sum) = 0, and nothing 
               gemm_unpacked_ref(M, N, 0, 0.125f, a, 1, b, layout == BLayout::kn ? N : 1, layout, ref.data(), ldc);
               REQUIRE(std::memcmp(ref.data(), C.data(), C.size() * sizeof(float)) == 0);
             }
+}
+
+TEST_CASE("onednn peer: the OpenMP thread count is restored after a call, also when it throws") {
+  // oneDNN takes its thread count from the calling thread's OpenMP state; the peer sets it per call and must give
+  // the caller's back on every exit (bench-gemm and the cross-checks above rely on it).
+  const int before = omp_get_max_threads();
+  omp_set_num_threads(3);
+  const size_t M = 2, N = 16, K = 8;
+  const auto src = random_vector(M * K, 100), w = random_vector(N * K, 101);
+  std::vector<float> dst(M * N);
+  perf::onednn_gemm(src.data(), M, K, w.data(), N, K, K, dst.data(), N, {}, 1);
+  CHECK(omp_get_max_threads() == 3);
+  perf::OnednnMatmul matmul(w.data(), N, K, K, M, K, N, {}, nullptr, 2);
+  CHECK(omp_get_max_threads() == 3);
+  GemmEpilogue with_bias;
+  with_bias.bias = w.data();
+  CHECK_THROWS_AS(matmul.run(src.data(), dst.data(), with_bias, 2), Error);  // not the epilogue it was made for
+  CHECK(omp_get_max_threads() == 3);
+  try {
+    const perf::ScopedOmpThreads scoped(1);
+    CHECK(omp_get_max_threads() == 1);
+    throw Error("thrown while the peer's thread count is in effect");
+  } catch (const Error&) {
+  }
+  CHECK(omp_get_max_threads() == 3);
+  omp_set_num_threads(before);
 }
 
 TEST_CASE("gemm: bad arguments throw sqrtdk::Error") {
