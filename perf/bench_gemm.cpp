@@ -1,16 +1,34 @@
-// bench-gemm: sqrtdk's GEMM against oneDNN's matmul and OpenBLAS cblas_sgemm, all measured in the same run, with
-// the machine's FMA peak and DRAM read bandwidth measured in that run too.
+// bench-gemm: sqrtdk's GEMM against oneDNN's matmul and OpenBLAS, all measured in the same run and interleaved,
+// with the machine's FMA peak and DRAM read bandwidth measured in that run too.
 //
 // Cases (M × N × K, weights [N, K]): decode 1 × {768, 2048, 3072, 32000} × {768, 2048, 3072}; small batch
 // 4 × 3072 × 768; prefill {32, 128, 512} × {768, 2048, 3072} × {768, 2048, 3072}; lm-head 128 × 32000 × 768;
 // square 2048³. Reports GFLOP/s, % of the FMA peak (M > 1) or GB/s of weights streamed and % of the read bandwidth
 // (M = 1), and the ratios ours / oneDNN and ours / OpenBLAS, at each thread count, medians of --reps runs.
-// OpenBLAS runs in a child process of this binary with OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE removed from its
-// environment (the project environment sets them for old OpenBLAS bugs; with them set it runs AVX2 kernels).
+//
+// Method (what a reader of the figures needs to know): wall-clock time; each sample repeats one call until it
+// lasts ≥ 5 ms and takes the mean, and samples of ours, oneDNN and OpenBLAS alternate (ours, oneDNN, OpenBLAS,
+// ours, ...) so noise from other processes on a shared machine hits all three alike; the figure is the median of
+// --reps samples. Caches are warm (the same weights every call: decode shapes that fit in the L3 are read from it).
+// Each peer gets its best configuration, prepared outside the timed loop:
+//   ours:     weights packed once; gemm() with the thread count as its argument.
+//   oneDNN:   per shape and thread count, a matmul primitive created for that exact M with that OpenMP thread
+//             count in effect, weights reordered once into its preferred layout, memory objects and stream
+//             created once (perf/common/onednn_peer.h); only primitive.execute + stream.wait are timed.
+//   OpenBLAS: the call a user would make: cblas_sgemv for M = 1, cblas_sgemm otherwise; thread count set once
+//             per block; its best kernels for this CPU. Debian's OpenBLAS 0.3.21 does not recognise every CPU we
+//             run on (on the Xeon, family 6 model 207, its own detection picks "Prescott": SSE3 kernels), and the
+//             project environment sets OPENBLAS_CORETYPE=Haswell (AVX2) and OPENBLAS_L2_SIZE for old bugs. Both
+//             variables are read when libopenblas loads, so this program re-executes itself once (its own
+//             environment only) with OPENBLAS_CORETYPE naming the kernels of the best ISA we detect (SkylakeX for
+//             AVX-512 F/BW/DQ/VL, Haswell for AVX2 + FMA; --openblas-coretype to choose) and OPENBLAS_L2_SIZE
+//             removed. The core OpenBLAS reports (openblas_get_corename) is printed and kept in --json.
 // Flags: --isa ref|avx2|avx512 (our kernels: the entry of gemm_kernels() that ISA selects, named in the output;
-// default: SQRTDK_ISA or the best), --only SUBSTRING (cases whose name contains it), --no-openblas, plus the common
+// default: SQRTDK_ISA or the best), --only SUBSTRING (cases whose name contains it), --no-openblas,
+// --openblas-coretype NAME (default from the CPU, see above; "auto" = OpenBLAS's own detection), plus the common
 // ones (--json, --smoke, --reps, --threads).
 #include "perf/common/bench_util.h"
+#include "perf/common/onednn_peer.h"
 
 #include "ops/gemm/gemm.h"
 #include "ops/gemm/gemm_kernels.h"
@@ -19,10 +37,15 @@
 
 #include <cblas.h>
 
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
-#include <utility>
 #include <map>
 #include <random>
 #include <string>
@@ -30,10 +53,10 @@
 
 using namespace sqrtdk;
 using namespace sqrtdk::perf;
-using sqrtdk::ops::GemmBackend;
 using sqrtdk::ops::PackedWeights;
 
 extern "C" void openblas_set_num_threads(int);
+extern "C" char* openblas_get_corename(void);
 
 namespace {
 
@@ -75,86 +98,96 @@ std::vector<float> random_vector(size_t n, uint32_t seed) {
   return v;
 }
 
-std::string key(const Case& c, int threads) { return c.name().append(" t").append(std::to_string(threads)); }
-
 double gflops(const Case& c, double seconds) { return 2.0 * c.M * c.N * c.K / seconds * 1e-9; }
 
-// Median seconds per call of a and b, timed alternately (a, b, a, b, ...) so that noise from other processes on
-// this shared machine hits both alike. Each sample repeats the call enough times to last ≥ 5 ms.
-std::pair<double, double> interleaved_medians(const std::function<void()>& a, const std::function<void()>& b,
-                                              int reps) {
+// Median seconds per call of each of fns, timed in turn (fns[0], fns[1], ..., fns[0], ...) so that noise from
+// other processes on this shared machine hits all alike. Each sample repeats a call enough times to last ≥ 5 ms.
+std::vector<double> interleaved_medians(const std::vector<std::function<void()>>& fns, int reps) {
   auto inner_count = [](const std::function<void()>& fn) {
-    fn();  // warm-up: faults in scratch, creates cached primitives, wakes the thread pool
+    fn();  // warm-up: faults in scratch and outputs, wakes the thread pools
     const double t0 = now_seconds();
     fn();
     const double once = now_seconds() - t0;
     return std::max(1, static_cast<int>(std::min(1000.0, 0.005 / std::max(once, 1e-9))));
   };
-  const int inner_a = inner_count(a), inner_b = inner_count(b);
-  auto sample = [](const std::function<void()>& fn, int inner) {
+  std::vector<int> inner;
+  for (const auto& fn : fns) inner.push_back(inner_count(fn));
+  auto sample = [](const std::function<void()>& fn, int n) {
     const double t0 = now_seconds();
-    for (int i = 0; i < inner; ++i) fn();
-    return (now_seconds() - t0) / inner;
+    for (int i = 0; i < n; ++i) fn();
+    return (now_seconds() - t0) / n;
   };
-  std::vector<double> sa, sb;
-  for (int r = 0; r < reps; ++r) {
-    sa.push_back(sample(a, inner_a));
-    sb.push_back(sample(b, inner_b));
-  }
-  return {median(sa), median(sb)};
+  std::vector<std::vector<double>> samples(fns.size());
+  for (int r = 0; r < reps; ++r)
+    for (size_t i = 0; i < fns.size(); ++i) samples[i].push_back(sample(fns[i], inner[i]));
+  std::vector<double> out;
+  for (auto& s : samples) out.push_back(median(s));
+  return out;
 }
 
-// The child: OpenBLAS only, one JSON object {key: seconds} on stdout.
-int run_openblas_worker(const BenchArgs& args, const std::vector<Case>& cases) {
-  nlohmann::json out = nlohmann::json::object();
-  for (const Case& c : cases) {
-    const auto src = random_vector(c.M * c.K, 1), w = random_vector(c.N * c.K, 2);
-    std::vector<float> dst(c.M * c.N);
-    for (int t : args.threads) {
-      openblas_set_num_threads(t);
-      const double s = median_seconds(
-          [&] {
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(c.M), static_cast<int>(c.N),
-                        static_cast<int>(c.K), 1.0f, src.data(), static_cast<int>(c.K), w.data(),
-                        static_cast<int>(c.K), 0.0f, dst.data(), static_cast<int>(c.N));
-          },
-          args.reps);
-      out[key(c, t)] = s;
-    }
+// Throws if a peer's output differs from ours by more than float rounding allows (relative to the largest |value|;
+// inputs in [-1, 1], K ≤ 3072: rounding stays near 1e-6 of it).
+void check_agree(const Case& c, const char* peer, const std::vector<float>& ours, const std::vector<float>& theirs) {
+  double scale = 0, worst = 0;
+  for (size_t i = 0; i < ours.size(); ++i) {
+    scale = std::max(scale, static_cast<double>(std::fabs(ours[i])));
+    worst = std::max(worst, static_cast<double>(std::fabs(ours[i] - theirs[i])));
   }
-  std::printf("%s\n", out.dump().c_str());
-  return 0;
+  if (!(worst <= 1e-4 * scale))
+    throw Error("bench-gemm: " + c.name() + ": " + peer + "'s result differs from ours by " + std::to_string(worst) +
+                " (largest |value| " + std::to_string(scale) + ")");
 }
 
-// Re-executes this binary as the OpenBLAS worker with the two variables removed from its environment only.
-nlohmann::json openblas_in_child(const BenchArgs& args, const std::string& only) {
-  std::string threads;
-  for (int t : args.threads) threads.append(threads.empty() ? "" : ",").append(std::to_string(t));
-  std::string cmd = "env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE /proc/" + std::to_string(getpid()) +
-                    "/exe --openblas-worker --reps " + std::to_string(args.reps) + " --threads " + threads;
-  if (args.smoke) cmd += " --smoke";
-  if (!only.empty()) cmd += " --only '" + only + "'";
-  FILE* pipe = popen(cmd.c_str(), "r");
-  if (pipe == nullptr) throw Error("bench-gemm: cannot start the OpenBLAS worker");
-  std::string text;
-  char buf[4096];
-  for (size_t n; (n = std::fread(buf, 1, sizeof buf, pipe)) > 0;) text.append(buf, n);
-  if (pclose(pipe) != 0) throw Error("bench-gemm: the OpenBLAS worker failed: " + text);
-  return nlohmann::json::parse(text);
+// OpenBLAS's kernels for the best ISA this CPU runs ("" = leave the choice to OpenBLAS's own detection).
+std::string default_openblas_coretype() {
+  switch (best_isa()) {
+    case Isa::avx512: return "SkylakeX";
+    case Isa::avx2: return "Haswell";
+    default: return "";
+  }
+}
+
+// OpenBLAS reads OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE when it is loaded: unless they already are as wanted
+// (coretype set, or unset if empty; no L2 override), run this program again with them so (its own environment only).
+void reexec_for_openblas(const std::string& coretype, char** argv) {
+  const char* have = std::getenv("OPENBLAS_CORETYPE");
+  const bool coretype_ok = coretype.empty() ? have == nullptr : have != nullptr && coretype == have;
+  if (coretype_ok && std::getenv("OPENBLAS_L2_SIZE") == nullptr) return;
+  if (coretype.empty())
+    unsetenv("OPENBLAS_CORETYPE");
+  else
+    setenv("OPENBLAS_CORETYPE", coretype.c_str(), 1);
+  unsetenv("OPENBLAS_L2_SIZE");
+  execv("/proc/self/exe", argv);
+  throw Error(std::string("bench-gemm: cannot re-execute itself with OpenBLAS's environment set: ") +
+              std::strerror(errno));
 }
 
 }  // namespace
 
 int main(int argc, char** argv) try {
+  // Read before anything else: they decide whether this process re-executes itself for OpenBLAS.
+  bool with_openblas = true;
+  std::string coretype = default_openblas_coretype();
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--no-openblas") with_openblas = false;
+    if (std::string(argv[i]) == "--openblas-coretype" && i + 1 < argc) {
+      coretype = argv[i + 1];
+      if (coretype == "auto") coretype.clear();
+    }
+  }
+  if (with_openblas) reexec_for_openblas(coretype, argv);
   BenchArgs args = BenchArgs::parse(
       argc, argv,
-      "bench-gemm: sqrtdk GEMM vs oneDNN matmul and OpenBLAS sgemm (GFLOP/s, % of measured peak, ratios)\n"
+      "bench-gemm: sqrtdk GEMM vs oneDNN matmul and OpenBLAS sgemv/sgemm, interleaved (GFLOP/s, % of measured "
+      "peak, ratios)\n"
       "  --isa ref|avx2|avx512  our kernels' ISA (default: SQRTDK_ISA or the best)\n"
       "  --only SUBSTRING       only cases whose name contains it (e.g. 'decode', '512x3072')\n"
-      "  --no-openblas          skip OpenBLAS");
+      "  --no-openblas          skip OpenBLAS\n"
+      "  --openblas-coretype NAME  OpenBLAS's kernels (default: SkylakeX on AVX-512, Haswell on AVX2; auto = its "
+      "own detection)");
   Isa isa = default_isa();
   std::string only;
-  bool worker = false, with_openblas = true;
   for (size_t i = 0; i < args.rest.size(); ++i) {
     const std::string& a = args.rest[i];
     if (a == "--isa" && i + 1 < args.rest.size()) {
@@ -162,19 +195,15 @@ int main(int argc, char** argv) try {
       if (!cpu_supports(isa)) throw Error("--isa " + std::string(isa_name(isa)) + ": not supported by this CPU");
     } else if (a == "--only" && i + 1 < args.rest.size()) {
       only = args.rest[++i];
-    } else if (a == "--openblas-worker") {
-      worker = true;
-    } else if (a == "--no-openblas") {
-      with_openblas = false;
+    } else if (a == "--no-openblas") {  // both read before BenchArgs::parse: they decide the re-execution
+    } else if (a == "--openblas-coretype" && i + 1 < args.rest.size()) {
+      ++i;
     } else {
       std::fprintf(stderr, "bench-gemm: unknown argument '%s' (see --help)\n", a.c_str());
       return 1;
     }
   }
   const std::vector<Case> cases = make_cases(args.smoke, only);
-  if (worker) return run_openblas_worker(args, cases);
-
-  const nlohmann::json blas = with_openblas ? openblas_in_child(args, only) : nlohmann::json::object();
   std::map<int, double> peak, bandwidth;
   for (int t : args.threads) {
     peak[t] = measure_fma_peak_gflops(isa, t, args.smoke);
@@ -182,23 +211,56 @@ int main(int argc, char** argv) try {
   }
 
   const char* kernel = ops::select_kernel(ops::gemm_detail::gemm_kernels(), isa).name;
-  nlohmann::json out = {{"machine", machine_json()}, {"isa", isa_name(isa)}, {"kernel", kernel},
-                        {"results", nlohmann::json::array()}};
+  nlohmann::json out = {
+      {"machine", machine_json()},
+      {"isa", isa_name(isa)},
+      {"kernel", kernel},
+      {"method",
+       {{"clock", "wall"},
+        {"statistic", "median of --reps samples; a sample is the mean of repeated calls lasting >= 5 ms"},
+        {"order", "interleaved per sample: sqrtdk, oneDNN, OpenBLAS"},
+        {"caches", "warm (same weights every call)"},
+        {"reps", args.reps},
+        {"onednn", "primitive per shape and thread count, weights reordered and memory objects made outside the "
+                   "timed loop; only execute + wait timed"},
+        {"openblas", with_openblas ? "cblas_sgemv for M = 1, cblas_sgemm otherwise; OPENBLAS_CORETYPE set to the "
+                                     "best ISA's kernels, OPENBLAS_L2_SIZE unset"
+                                   : "not run (--no-openblas)"},
+        {"openblas_core", with_openblas ? std::string(openblas_get_corename()) : std::string("-")}}},
+      {"results", nlohmann::json::array()}};
   for (int t : args.threads)
     out["roofs"].push_back({{"threads", t}, {"fma_peak_gflops", peak[t]}, {"dram_read_gbs", bandwidth[t]}});
   Table table({"case", "thr", "sqrtdk GFLOP/s", "% peak", "GB/s", "% DRAM bw", "oneDNN GFLOP/s", "x oneDNN",
                "OpenBLAS GFLOP/s", "x OpenBLAS"});
   for (const Case& c : cases) {
     const auto src = random_vector(c.M * c.K, 1), w = random_vector(c.N * c.K, 2);
-    std::vector<float> dst(c.M * c.N);
-    const PackedWeights ours = PackedWeights::pack(w.data(), c.N, c.K, c.K, isa, GemmBackend::sqrtdk);
-    const PackedWeights dnnl = PackedWeights::pack(w.data(), c.N, c.K, c.K, isa, GemmBackend::onednn);
+    // One output per contestant, so none finds another's output in its cache.
+    std::vector<float> dst(c.M * c.N), dst_dnnl(c.M * c.N), dst_blas(c.M * c.N);
+    const PackedWeights ours = PackedWeights::pack(w.data(), c.N, c.K, c.K, isa);
+    const int M = static_cast<int>(c.M), N = static_cast<int>(c.N), K = static_cast<int>(c.K);
     for (int t : args.threads) {
-      const auto [s_ours, s_dnnl] = interleaved_medians(
-          [&] { ops::gemm(src.data(), c.M, c.K, ours, dst.data(), c.N, {}, t); },
-          [&] { ops::gemm(src.data(), c.M, c.K, dnnl, dst.data(), c.N, {}, t); }, args.reps);
-      const std::string k = key(c, t);
-      const double s_blas = blas.contains(k) ? blas[k].get<double>() : 0.0;
+      // oneDNN and OpenBLAS take their thread counts from state (the OpenMP ICV, OpenBLAS's own): set for this
+      // block, restored on every exit. Ours takes t as an argument.
+      const ScopedOmpThreads omp_threads(t);
+      if (with_openblas) openblas_set_num_threads(t);
+      OnednnMatmul dnnl(w.data(), c.N, c.K, c.K, c.M, c.K, c.N, {}, nullptr, t);
+      dnnl.bind(src.data(), dst_dnnl.data());
+      std::vector<std::function<void()>> fns = {
+          [&] { ops::gemm(src.data(), c.M, c.K, ours, dst.data(), c.N, {}, t); }, [&] { dnnl.execute(); }};
+      if (with_openblas)
+        fns.push_back([&] {
+          if (c.M == 1)
+            cblas_sgemv(CblasRowMajor, CblasNoTrans, N, K, 1.0f, w.data(), K, src.data(), 1, 0.0f, dst_blas.data(),
+                        1);
+          else
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.0f, src.data(), K, w.data(), K, 0.0f,
+                        dst_blas.data(), N);
+        });
+      const std::vector<double> s = interleaved_medians(fns, args.reps);
+      // The three computed the same product (a peer called wrongly would be timed doing something else).
+      check_agree(c, "oneDNN", dst, dst_dnnl);
+      if (with_openblas) check_agree(c, "OpenBLAS", dst, dst_blas);
+      const double s_ours = s[0], s_dnnl = s[1], s_blas = with_openblas ? s[2] : 0.0;
       const double g = gflops(c, s_ours), g_dnnl = gflops(c, s_dnnl), g_blas = s_blas > 0 ? gflops(c, s_blas) : 0;
       const double weight_gbs = 4.0 * c.N * c.K / s_ours * 1e-9;
       const bool decode = c.M == 1;
@@ -208,7 +270,7 @@ int main(int argc, char** argv) try {
                  s_blas > 0 ? fmt(g / g_blas, 2) : "-"});
       nlohmann::json r = {{"case", c.group}, {"M", c.M}, {"N", c.N}, {"K", c.K}, {"threads", t},
                           {"sqrtdk_gflops", g}, {"pct_peak", 100 * g / peak[t]}, {"onednn_gflops", g_dnnl},
-                          {"ratio_onednn", g / g_dnnl}};
+                          {"ratio_onednn", g / g_dnnl}, {"onednn_impl", dnnl.impl_name()}};
       if (decode) {
         r["sqrtdk_weight_gbs"] = weight_gbs;
         r["pct_dram_bw"] = 100 * weight_gbs / bandwidth[t];
@@ -216,6 +278,7 @@ int main(int argc, char** argv) try {
       if (s_blas > 0) {
         r["openblas_gflops"] = g_blas;
         r["ratio_openblas"] = g / g_blas;
+        r["openblas_call"] = decode ? "cblas_sgemv" : "cblas_sgemm";
       }
       out["results"].push_back(r);
     }
@@ -223,10 +286,12 @@ int main(int argc, char** argv) try {
   if (args.json) {
     std::printf("%s\n", out.dump(2).c_str());
   } else {
-    std::printf("bench-gemm: isa %s (%s), medians of %d runs; roofs measured in this run:\n", isa_name(isa), kernel,
-                args.reps);
+    std::printf("bench-gemm: isa %s (%s) on %s; wall-clock medians of %d interleaved samples, warm caches; "
+                "roofs measured in this run:\n",
+                isa_name(isa), kernel, out["machine"]["cpu"].get<std::string>().c_str(), args.reps);
     for (int t : args.threads)
       std::printf("  %d thread(s): FMA peak %.1f GFLOP/s, DRAM read %.1f GB/s\n", t, peak[t], bandwidth[t]);
+    if (with_openblas) std::printf("OpenBLAS core: %s\n", openblas_get_corename());
     std::printf("%s", table.str().c_str());
   }
   return 0;

@@ -17,12 +17,11 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace sqrtdk::ops {
@@ -37,29 +36,6 @@ const char* activation_name(Activation activation) {
     case Activation::silu: return "silu";
   }
   return "unknown";
-}
-
-const char* gemm_backend_name(GemmBackend backend) {
-  return backend == GemmBackend::onednn ? "onednn" : "sqrtdk";
-}
-
-GemmBackend default_gemm_backend() {
-  static const GemmBackend backend = [] {
-    const char* v = std::getenv("SQRTDK_GEMM");
-    GemmBackend b = GemmBackend::sqrtdk;
-    if (v != nullptr && v[0] != '\0') {
-      const std::string s(v);
-      if (s == "sqrtdk")
-        b = GemmBackend::sqrtdk;
-      else if (s == "onednn")
-        b = GemmBackend::onednn;
-      else
-        throw Error("SQRTDK_GEMM='" + s + "': unknown GEMM backend (expected sqrtdk or onednn)");
-    }
-    if (verbose()) std::fprintf(stderr, "sqrtdk: GEMM backend %s\n", gemm_backend_name(b));
-    return b;
-  }();
-  return backend;
 }
 
 namespace {
@@ -89,8 +65,20 @@ bool overlaps(const float* a, size_t lda, size_t a_rows, size_t a_cols, const fl
   const uintptr_t b1 = b0 + ((b_rows - 1) * ldb + b_cols) * sizeof(float);
   return a0 < b1 && b0 < a1;
 }
-bool overlaps(const float* a, size_t lda, const float* b, size_t ldb, size_t rows, size_t cols) {
-  return overlaps(a, lda, rows, cols, b, ldb, rows, cols);
+
+// Whether matrices a and b [rows, cols] (strides lda, ldb ≥ cols) share an element. Exact when the strides are
+// equal and the pointers a whole number of floats apart (b's rows then fall on a's row grid, each cut at most once
+// by a row end); otherwise conservative (the spans intersect).
+bool shares_elements(const float* a, size_t lda, const float* b, size_t ldb, size_t rows, size_t cols) {
+  if (!overlaps(a, lda, rows, cols, b, ldb, rows, cols)) return false;
+  if (lda != ldb) return true;
+  auto a0 = reinterpret_cast<uintptr_t>(a), b0 = reinterpret_cast<uintptr_t>(b);
+  if (b0 < a0) std::swap(a0, b0);
+  if ((b0 - a0) % sizeof(float) != 0) return true;
+  const size_t d = (b0 - a0) / sizeof(float), q = d / lda, r = d % lda;
+  // b's element (i, j) is a's (q + i, r + j) while r + j < ld, else a's (q + i + 1, r + j − ld).
+  if (q < rows && r < cols) return true;  // the unwrapped part meets a's columns [0, cols) from row q
+  return r + cols > lda && q + 1 < rows;  // the wrapped part: columns [0, r + cols − ld) from row q + 1
 }
 
 void grow(AlignedBuffer<float>& buffer, size_t count) {
@@ -149,15 +137,13 @@ void run_blocked(const GemmKernels& kern, const GemmCall& call, int n_threads) {
   const int nt = resolve_threads(n_threads);
   const Grid grid = choose_grid(call.M, call.N, bs, nt);
   const size_t k_block = std::min(gemm_detail::k_slice(bs, call.M, call.K), call.K);
-  // An epilogue operand that overlaps dst must be read before dst is written: with several K slices dst holds
-  // partial sums first, so such operands (and any inexact overlap) are copied per region before the kernel runs.
+  // gemm() admits one kind of sharing between an epilogue operand and dst: the operand IS dst (same stride). With
+  // one K slice each element is read before it is written; with several, dst holds partial sums first, so the
+  // operand is copied per region before the kernel runs. Each region copies exactly the elements it writes, so no
+  // thread reads what another writes (a partial overlap would break that: gemm() rejects it).
   const bool sliced = k_block < call.K;
-  auto needs_copy = [&](const float* p, size_t ld) {
-    if (!overlaps(p, ld, call.dst, call.ldc, call.M, call.N)) return false;
-    return sliced || p != call.dst || ld != call.ldc;
-  };
-  const bool copy_multiply = needs_copy(call.multiply, call.ld_multiply);
-  const bool copy_residual = needs_copy(call.residual, call.ld_residual);
+  const bool copy_multiply = sliced && call.multiply == call.dst;
+  const bool copy_residual = sliced && call.residual == call.dst;
 
   run_threads(static_cast<int>(grid.tm * grid.tn), [&](int t) {
     static thread_local AlignedBuffer<float> multiply_copy, residual_copy;
@@ -183,8 +169,7 @@ void run_blocked(const GemmKernels& kern, const GemmCall& call, int n_threads) {
     if (copy_residual)
       copy_region(residual_copy, call.residual, call.ld_residual, local.residual, local.ld_residual,
                   local.residual_m0, local.residual_n0);
-    // All threads copy before any writes dst: a barrier is needed only if regions could read each other's
-    // operands, and they cannot (each region copies exactly the elements it writes).
+    // No barrier between the copies and the kernels: a region's copy reads only the elements that region writes.
     kern.region(local, mr.begin, mr.end, nr.begin, nr.end);
   });
 }
@@ -217,9 +202,7 @@ GemmBlocking gemm_blocking(Isa isa) {
 struct PackedWeights::Impl {
   size_t N = 0, K = 0, nr = 0;
   Isa isa = Isa::ref;
-  GemmBackend backend = GemmBackend::sqrtdk;
-  AlignedBuffer<float> data;  // sqrtdk: panels (SIMD) or a [N][K] copy (ref)
-  std::shared_ptr<gemm_detail::OnednnWeights> onednn;
+  AlignedBuffer<float> data;  // panels (SIMD) or a [N][K] copy (ref)
 };
 
 PackedWeights::PackedWeights() = default;
@@ -230,16 +213,11 @@ PackedWeights::~PackedWeights() = default;
 size_t PackedWeights::N() const { return impl_ ? impl_->N : 0; }
 size_t PackedWeights::K() const { return impl_ ? impl_->K : 0; }
 Isa PackedWeights::isa() const { return impl_ ? impl_->isa : Isa::ref; }
-GemmBackend PackedWeights::backend() const { return impl_ ? impl_->backend : GemmBackend::sqrtdk; }
 size_t PackedWeights::nr() const { return impl_ ? impl_->nr : 0; }
-size_t PackedWeights::bytes() const {
-  if (!impl_) return 0;
-  if (impl_->onednn) return gemm_detail::onednn_bytes(*impl_->onednn);
-  return impl_->data.size() * sizeof(float);
-}
+size_t PackedWeights::bytes() const { return impl_ ? impl_->data.size() * sizeof(float) : 0; }
 
 PackedWeights PackedWeights::pack(const float* weights, size_t N, size_t K, size_t ld_weights, Isa isa,
-                                  GemmBackend backend, const std::function<void(size_t, size_t)>& rows_consumed) {
+                                  const std::function<void(size_t, size_t)>& rows_consumed) {
   const std::string where = "PackedWeights::pack(weights " + dims(N, K) + ", ld_weights " +
                             std::to_string(ld_weights) + ", isa " + isa_name(isa) + ")";
   if (N == 0 || K == 0) throw Error(where + ": N and K must be ≥ 1");
@@ -252,12 +230,6 @@ PackedWeights PackedWeights::pack(const float* weights, size_t N, size_t K, size
   p.N = N;
   p.K = K;
   p.isa = isa;
-  p.backend = backend;
-  if (backend == GemmBackend::onednn) {
-    p.onednn = gemm_detail::onednn_pack(weights, N, K, ld_weights);
-    if (rows_consumed) rows_consumed(0, N);
-    return out;
-  }
   const GemmKernels& kern = kernels_for(isa);
   p.nr = kern.bs.nr;
   const size_t n_panels = (N + p.nr - 1) / p.nr;
@@ -280,7 +252,7 @@ void gemm(const float* src, size_t M, size_t lda, const PackedWeights& weights, 
   const size_t N = weights.N(), K = weights.K();
   auto where = [&] {
     return "gemm(src " + dims(M, K) + " lda " + std::to_string(lda) + ", weights " + dims(N, K) + " (" +
-           isa_name(weights.isa()) + ", " + gemm_backend_name(weights.backend()) + "), dst ldc " +
+           isa_name(weights.isa()) + "), dst ldc " +
            std::to_string(ldc) + ")";
   };
   if (N == 0) throw Error(where() + ": weights are empty (not packed)");
@@ -292,13 +264,19 @@ void gemm(const float* src, size_t M, size_t lda, const PackedWeights& weights, 
   if (epilogue.residual && epilogue.ld_residual < N) throw Error(where() + ": epilogue.ld_residual must be ≥ N");
   if (overlaps(src, lda, M, K, dst, ldc, M, N)) throw Error(where() + ": src overlaps dst");
   if (overlaps(epilogue.bias, N, 1, N, dst, ldc, M, N)) throw Error(where() + ": epilogue.bias overlaps dst");
+  // multiply/residual may be dst itself, nothing else of it (gemm.h, "Aliasing").
+  auto check_operand = [&](const char* name, const float* p, size_t ld) {
+    if (p == nullptr || (p == dst && ld == ldc) || !shares_elements(p, ld, dst, ldc, M, N)) return;
+    throw Error(where() + ": epilogue." + name + " (ld " + std::to_string(ld) + ", " +
+                std::to_string(reinterpret_cast<intptr_t>(p) - reinterpret_cast<intptr_t>(dst)) +
+                " bytes from dst) partly overlaps dst; it may only be dst itself with the same stride, or share no "
+                "element with it");
+  };
+  check_operand("multiply", epilogue.multiply, epilogue.ld_multiply);
+  check_operand("residual", epilogue.residual, epilogue.ld_residual);
   if (n_threads < 0) throw Error(where() + ": n_threads must be ≥ 0");
 
   const PackedWeights::Impl& p = weights.impl();
-  if (p.backend == GemmBackend::onednn) {
-    gemm_detail::onednn_gemm(*p.onednn, src, M, lda, dst, ldc, epilogue, resolve_threads(n_threads));
-    return;
-  }
   const GemmKernels& kern = kernels_for(p.isa);
   GemmCall call{src, lda, M, N, K, p.data.data(), dst, ldc, 1.0f, epilogue.bias, epilogue.activation,
                 epilogue.multiply, epilogue.ld_multiply, epilogue.residual, epilogue.ld_residual, 0, 0, 0, 0};

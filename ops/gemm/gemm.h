@@ -4,9 +4,10 @@
 //   src      [M, K], row stride lda ≥ K
 //   weights  [N, K], row stride ld_weights ≥ K (what the model file stores: out × in)
 //   dst      [M, N], row stride ldc ≥ N
-// Backends: `sqrtdk` (ours: BLIS-style five loops around one register-blocked microkernel per ISA, plus an M = 1
-// path that streams the packed weights once) and `onednn` (a oneDNN v2.6 matmul primitive; the bar in benchmarks
-// and a cross-check in tests). Isa::ref is the spec: double accumulation over the unpacked weights.
+// One implementation: BLIS-style five loops around one register-blocked microkernel per ISA, plus an M = 1 path
+// that streams the packed weights once. Isa::ref is the spec: double accumulation over the unpacked weights.
+// oneDNN is not linked into the engine: it is a peer in benchmarks and a cross-check in tests only
+// (perf/common/onednn_peer.h).
 // Accuracy: float accumulation in a fixed order per element; |error| ≲ K·ε·Σ|a·b| (tests use that bound).
 // Threading: OpenMP with the caller's thread count (0 = resolve_threads default). The output is split over N (and
 // M), never over K, and the K order per element depends only on M and the ISA: results are bit-identical for any
@@ -34,14 +35,13 @@ struct GemmEpilogue {
   Activation activation = Activation::none;  // v = act(v)
   const float* multiply = nullptr;           // v *= multiply[m*ld_multiply + n]  (SwiGLU: up-proj · silu(gate))
   size_t ld_multiply = 0;
-  const float* residual = nullptr;  // v += residual[m*ld_residual + n]; MAY ALIAS dst (in-place residual add)
+  const float* residual = nullptr;  // v += residual[m*ld_residual + n]  (the residual stream)
   size_t ld_residual = 0;
 };
-
-enum class GemmBackend { sqrtdk, onednn };
-const char* gemm_backend_name(GemmBackend backend);
-// SQRTDK_GEMM=sqrtdk|onednn (sqrtdk::Error if unknown); default sqrtdk. Read once.
-GemmBackend default_gemm_backend();
+// Aliasing: multiply or residual may BE dst (same pointer, same stride: the in-place residual add); each element is
+// then read before it is written. Any other sharing of elements with dst (a shifted pointer, another stride) is
+// rejected by gemm() with sqrtdk::Error: threads write their regions of dst while others still read theirs.
+// Operands interleaved with dst in one buffer but sharing no element with it (e.g. other columns) are fine.
 
 // The blocking of an ISA's kernel (tile MR × NR, K slice KC, row block MC, column block NC), e.g. for tests that
 // aim at every tile edge. Isa::ref has no tiles: all 1.
@@ -50,16 +50,14 @@ struct GemmBlocking {
 };
 GemmBlocking gemm_blocking(Isa isa);
 
-// Weights [N, K] packed once at load for one ISA and backend; immutable afterwards, movable.
-//   sqrtdk backend, avx2/avx512: ceil(N/NR) panels of [K][NR] floats (K-major, 64-byte aligned, N zero-padded).
-//   sqrtdk backend, ref: a plain copy [N][K] (panels of width 1).
-//   onednn backend: reordered into the matmul primitive's preferred layout (format_tag::any).
+// Weights [N, K] packed once at load for one ISA; immutable afterwards, movable.
+//   avx2/avx512: ceil(N/NR) panels of [K][NR] floats (K-major, 64-byte aligned, N zero-padded).
+//   ref: a plain copy [N][K] (panels of width 1).
 class PackedWeights {
  public:
   // rows_consumed(n0, n1), if given, is called as soon as weight rows [n0, n1) have been read, so a loader can
   // drop their file pages while the rest is still being packed (peak memory: packed + one chunk, not packed + all).
   static PackedWeights pack(const float* weights, size_t N, size_t K, size_t ld_weights, Isa isa,
-                            GemmBackend backend = default_gemm_backend(),
                             const std::function<void(size_t n0, size_t n1)>& rows_consumed = {});
   PackedWeights();
   PackedWeights(PackedWeights&&) noexcept;
@@ -69,9 +67,8 @@ class PackedWeights {
   size_t N() const;
   size_t K() const;
   Isa isa() const;
-  GemmBackend backend() const;
   size_t bytes() const;  // memory held by the packed weights
-  size_t nr() const;     // panel width (sqrtdk backend; 1 for ref); 0 for onednn
+  size_t nr() const;     // panel width (1 for ref)
 
   struct Impl;
   const Impl& impl() const { return *impl_; }
@@ -82,7 +79,8 @@ class PackedWeights {
 
 // dst[M, N] (row stride ldc) = epilogue(src[M, K] (row stride lda) · weightsᵀ). n_threads 0 = default.
 // Thread-safe: many threads may call gemm() on the same const PackedWeights at once.
-// Throws sqrtdk::Error on bad arguments (null pointers, strides below widths, src overlapping dst).
+// Throws sqrtdk::Error on bad arguments (null pointers, strides below widths, src or bias overlapping dst, multiply
+// or residual sharing elements with dst other than by being dst itself: see "Aliasing" above).
 void gemm(const float* src, size_t M, size_t lda, const PackedWeights& weights, float* dst, size_t ldc,
           const GemmEpilogue& epilogue = {}, int n_threads = 0);
 

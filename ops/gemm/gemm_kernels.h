@@ -7,7 +7,6 @@
 #include "ops/gemm/gemm.h"
 
 #include <cstddef>
-#include <memory>
 #include <span>
 
 namespace sqrtdk::ops::gemm_detail {
@@ -63,7 +62,7 @@ struct GemmKernels {
                  bool b_is_kn, float* C, size_t ldc, size_t n0, size_t n1);
 };
 
-// Best ISA first, the reference last (kernel_table.h). GemmBackend (oneDNN) is a separate axis, not in the table.
+// Best ISA first, the reference last (kernel_table.h).
 std::span<const KernelEntry<GemmKernels>> gemm_kernels();
 
 BlockSizes gemm_block_sizes_avx512();
@@ -83,12 +82,5 @@ void pack_panels_ref(const float* b, size_t ldb, bool b_is_kn, size_t N, size_t 
                      float* panels);
 void gemm_direct_ref(size_t M, size_t N, size_t K, float alpha, const float* A, size_t lda, const float* B,
                      size_t ldb, bool b_is_kn, float* C, size_t ldc, size_t n0, size_t n1);
-
-// oneDNN backend (gemm_onednn.cpp).
-struct OnednnWeights;
-std::shared_ptr<OnednnWeights> onednn_pack(const float* weights, size_t N, size_t K, size_t ld_weights);
-size_t onednn_bytes(const OnednnWeights& w);
-void onednn_gemm(const OnednnWeights& w, const float* src, size_t M, size_t lda, float* dst, size_t ldc,
-                 const GemmEpilogue& epilogue, int n_threads);
 
 }  // namespace sqrtdk::ops::gemm_detail

@@ -1,23 +1,29 @@
-// Tests of ops/gemm: every kernel of gemm_kernels() this CPU runs and the oneDNN backend against gemm_ref (double accumulation)
-// over shapes that hit every tile edge of both SIMD kernels (each kernel's MR, NR, KC, MC, NC from gemm_blocking),
-// with leading dimensions larger than widths and sentinels past each row's end; epilogues (incl. residual
-// aliasing dst); gemm_unpacked in both B layouts; bitwise equality across thread counts; bad arguments.
+// Tests of ops/gemm: every kernel of gemm_kernels() this CPU runs, and oneDNN's matmul as a cross-check (the peer
+// library perf/common/onednn_peer.h, not part of libsqrtdk), against gemm_ref (double accumulation) over shapes that
+// hit every tile edge of both SIMD kernels (each kernel's MR, NR, KC, MC, NC from gemm_blocking), with leading
+// dimensions larger than widths and sentinels past each row's end; epilogues (incl. residual aliasing dst, and
+// operands that partly overlap dst, which are refused); gemm_unpacked in both B layouts and with K = 0; bitwise
+// equality across thread counts; bad arguments.
 #include "ops/gemm/gemm.h"
 #include "ops/activation/activation.h"
 #include "ops/gemm/gemm_kernels.h"
+#include "perf/common/onednn_peer.h"
 
 #include <sqrtdk/error.h>
 #include <sqrtdk/isa.h>
 
 #include <doctest/doctest.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 #include <random>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 using namespace sqrtdk;
@@ -40,19 +46,34 @@ struct Case {
   size_t lda, ldc, ldw;
 };
 
+// One GEMM under test: an entry of our kernel table, or oneDNN's matmul (the peer, a cross-check of the reference).
 struct Backend {
   Isa isa;
-  GemmBackend backend;
-  const char* kernel;  // the table entry's name (sqrtdk backend)
-  std::string name() const { return backend == GemmBackend::onednn ? std::string("onednn") : std::string(kernel); }
+  bool onednn;
+  const char* kernel;  // the table entry's name, or "onednn"
+  std::string name() const { return kernel; }
 };
 
 std::vector<Backend> all_backends(bool with_onednn = true) {
   std::vector<Backend> out;
   for (const auto& kernel : runnable_kernels(gemm_detail::gemm_kernels()))
-    out.push_back({kernel.isa, GemmBackend::sqrtdk, kernel.name});
-  if (with_onednn) out.push_back({best_isa(), GemmBackend::onednn, "onednn"});
+    out.push_back({kernel.isa, false, kernel.name});
+  if (with_onednn) out.push_back({best_isa(), true, "onednn"});
   return out;
+}
+
+// dst = epilogue(src · wᵀ) by backend b: ours packs the weights and calls gemm(); oneDNN plans a primitive for the
+// call and runs it.
+void run_gemm(const Backend& b, const float* src, size_t M, size_t lda, const float* w, size_t N, size_t K,
+              size_t ldw, float* dst, size_t ldc, const GemmEpilogue& e, int n_threads) {
+  if (b.onednn) {
+    perf::onednn_gemm(src, M, lda, w, N, K, ldw, dst, ldc, e, n_threads);
+    return;
+  }
+  const PackedWeights packed = PackedWeights::pack(w, N, K, ldw, b.isa);
+  REQUIRE(packed.N() == N);
+  REQUIRE(packed.K() == K);
+  gemm(src, M, lda, packed, dst, ldc, e, n_threads);
 }
 
 // Σ_k |src[m,k]·w[n,k]|: the scale of the rounding error of a float dot product.
@@ -91,11 +112,8 @@ void check_case(const Case& c, const GemmEpilogue& epi_template, uint32_t seed, 
   gemm_ref(src.data(), c.M, c.lda, w.data(), c.N, c.K, c.ldw, ref.data(), c.ldc, epi);
   for (const Backend& b : all_backends(with_onednn)) {
     CAPTURE(b.name());
-    const PackedWeights packed = PackedWeights::pack(w.data(), c.N, c.K, c.ldw, b.isa, b.backend);
-    REQUIRE(packed.N() == c.N);
-    REQUIRE(packed.K() == c.K);
     std::vector<float> dst(c.M * c.ldc, kSentinel);
-    gemm(src.data(), c.M, c.lda, packed, dst.data(), c.ldc, epi, 1);
+    run_gemm(b, src.data(), c.M, c.lda, w.data(), c.N, c.K, c.ldw, dst.data(), c.ldc, epi, 1);
     size_t bad = 0;
     for (size_t m = 0; m < c.M; ++m) {
       for (size_t n = 0; n < c.N; ++n) {
@@ -138,7 +156,7 @@ size_t sliced_k() {
 
 }  // namespace
 
-TEST_CASE("gemm: shapes across every tile edge, every ISA and the onednn backend") {
+TEST_CASE("gemm: shapes across every tile edge, every ISA, cross-checked with oneDNN") {
   // The edges of each SIMD kernel's own blocking (avx512 6×64, avx2 4×24, their KC, MC, NC), every shape checked
   // on every ISA and oneDNN.
   for (const auto& kernel : runnable_kernels(gemm_detail::gemm_kernels())) {
@@ -198,8 +216,7 @@ TEST_CASE("gemm: residual aliasing dst (in-place residual add)") {
         gemm_ref(src.data(), M, K, w.data(), N, K, K, ref.data(), ldc, e);
         std::vector<float> dst = res;  // dst holds the residual stream
         e.residual = dst.data();
-        const PackedWeights packed = PackedWeights::pack(w.data(), N, K, K, b.isa, b.backend);
-        gemm(src.data(), M, K, packed, dst.data(), ldc, e, 2);
+        run_gemm(b, src.data(), M, K, w.data(), N, K, K, dst.data(), ldc, e, 2);
         for (size_t m = 0; m < M; ++m)
           for (size_t n = 0; n < N; ++n) {
             const double tol = tolerance(abs_dot(src.data() + m * K, w.data() + n * K, K), K, 1.0,
@@ -211,6 +228,92 @@ TEST_CASE("gemm: residual aliasing dst (in-place residual add)") {
             }
           }
       }
+}
+
+TEST_CASE("gemm: multiply/residual that partly overlap dst are refused (threads would race)") {
+  // Each thread copies the operand elements of its own region, then writes that region of dst: an operand shifted
+  // against dst would read elements another thread is writing (issue 13). gemm() must refuse it at entry, on every
+  // ISA, whatever the thread count or K; being dst itself (same stride) stays allowed (tested above).
+  const size_t M = 40, N = 70, ldc = 72;
+  for (const auto& kernel : runnable_kernels(gemm_detail::gemm_kernels()))
+    for (size_t K : {size_t{20}, sliced_k()}) {
+      CAPTURE(std::string(kernel.name));
+      CAPTURE(K);
+      const auto src = random_vector(M * K, 80);
+      const auto w = random_vector(N * K, 81);
+      const PackedWeights packed = PackedWeights::pack(w.data(), N, K, K, kernel.isa);
+      std::vector<float> buffer(2 * M * ldc + 8, 0.5f);
+      float* dst = buffer.data() + ldc;  // room before dst for shifts backwards
+      // (pointer offset from dst in floats, stride): each shares elements with dst [M, N] (stride ldc) partially.
+      const std::vector<std::pair<ptrdiff_t, size_t>> partial = {
+          {1, ldc},                                       // one column right
+          {-1, ldc},                                      // one column left
+          {static_cast<ptrdiff_t>(ldc), ldc},             // one row down
+          {-static_cast<ptrdiff_t>(ldc) + 3, ldc},        // a row up and 3 columns right
+          {static_cast<ptrdiff_t>(N) - 1, ldc},           // its first column is dst's last
+          {static_cast<ptrdiff_t>((M - 1) * ldc), ldc},   // its first row is dst's last
+          {0, ldc + 1},                                   // same start, another stride
+          {0, N},                                         // same start, the dense stride
+      };
+      for (const auto& [offset, ld] : partial)
+        for (bool residual : {false, true})
+          for (int threads : {1, 2}) {
+            CAPTURE(offset);
+            CAPTURE(ld);
+            CAPTURE(residual);
+            CAPTURE(threads);
+            GemmEpilogue e;
+            (residual ? e.residual : e.multiply) = dst + offset;
+            (residual ? e.ld_residual : e.ld_multiply) = ld;
+            CHECK_THROWS_AS(gemm(src.data(), M, K, packed, dst, ldc, e, threads), Error);
+          }
+    }
+}
+
+TEST_CASE("gemm: multiply/residual in the same buffer as dst but sharing no element are exact") {
+  // dst = columns [0, N) of a [M, 3N] buffer, multiply = columns [N, 2N), residual = columns [2N, 3N), all with the
+  // buffer's stride: address spans interleave, elements never coincide (the layout of a fused gate/up buffer).
+  // Also multiply == dst (same stride): v *= the old dst. Every ISA, 1 and 2 threads, one and several K slices.
+  const size_t M = 40, N = 70, ld = 3 * N;
+  for (const auto& kernel : runnable_kernels(gemm_detail::gemm_kernels()))
+    for (size_t K : {size_t{20}, sliced_k()})
+      for (bool multiply_is_dst : {false, true})
+        for (int threads : {1, 2}) {
+          CAPTURE(std::string(kernel.name));
+          CAPTURE(K);
+          CAPTURE(multiply_is_dst);
+          CAPTURE(threads);
+          const auto src = random_vector(M * K, 90);
+          const auto w = random_vector(N * K, 91);
+          const auto start = random_vector(M * ld, 92);
+          GemmEpilogue e;
+          e.activation = Activation::silu;
+          e.ld_multiply = ld;
+          e.residual = start.data() + 2 * N;
+          e.ld_residual = ld;
+          e.multiply = multiply_is_dst ? start.data() : start.data() + N;
+          std::vector<float> ref(M * ld, kSentinel);
+          gemm_ref(src.data(), M, K, w.data(), N, K, K, ref.data(), ld, e);
+          std::vector<float> buffer = start;
+          e.residual = buffer.data() + 2 * N;
+          e.multiply = multiply_is_dst ? buffer.data() : buffer.data() + N;
+          const PackedWeights packed = PackedWeights::pack(w.data(), N, K, K, kernel.isa);
+          REQUIRE_NOTHROW(gemm(src.data(), M, K, packed, buffer.data(), ld, e, threads));
+          for (size_t m = 0; m < M; ++m) {
+            for (size_t n = 0; n < N; ++n) {
+              const double mul = start[m * ld + (multiply_is_dst ? 0 : N) + n];
+              const double tol = tolerance(abs_dot(src.data() + m * K, w.data() + n * K, K), K, mul,
+                                           ref[m * ld + n], start[m * ld + 2 * N + n], 0.0);
+              if (!(std::fabs(buffer[m * ld + n] - ref[m * ld + n]) <= tol)) {
+                CAPTURE(m);
+                CAPTURE(n);
+                REQUIRE(std::fabs(buffer[m * ld + n] - ref[m * ld + n]) <= tol);
+              }
+            }
+            // The operands' columns are untouched.
+            REQUIRE(std::memcmp(buffer.data() + m * ld + N, start.data() + m * ld + N, 2 * N * sizeof(float)) == 0);
+          }
+        }
 }
 
 TEST_CASE("gemm: results are bit-identical for 1, 2 and 3 threads") {
@@ -227,7 +330,7 @@ TEST_CASE("gemm: results are bit-identical for 1, 2 and 3 threads") {
       GemmEpilogue e;
       e.bias = bias.data();
       e.activation = Activation::gelu_tanh;
-      const PackedWeights packed = PackedWeights::pack(w.data(), N, K, K, kernel.isa, GemmBackend::sqrtdk);
+      const PackedWeights packed = PackedWeights::pack(w.data(), N, K, K, kernel.isa);
       std::vector<float> one(M * N), two(M * N), three(M * N);
       gemm(src.data(), M, K, packed, one.data(), N, e, 1);
       gemm(src.data(), M, K, packed, two.data(), N, e, 2);
@@ -277,6 +380,67 @@ TEST_CASE("gemm_unpacked: both B layouts, every ISA, 1 vs 2 threads bitwise") {
           }
 }
 
+TEST_CASE("gemm_unpacked: K = 0 writes alpha · (an empty sum) = 0, and nothing past N") {
+  // An empty product is exactly 0 whatever C held before (NaN included: C is written, not accumulated into) and
+  // whatever alpha is; A and B may be null since no element of them exists. Every ISA, both B layouts, the direct
+  // (M ≤ 4) and packed sizes, 1 and 2 threads.
+  GemmWorkspace ws;
+  for (const auto& kernel : runnable_kernels(gemm_detail::gemm_kernels()))
+    for (BLayout layout : {BLayout::nk, BLayout::kn})
+      for (size_t M : {1, 4, 5, 17})
+        for (size_t N : {1, 17, 100})
+          for (int threads : {1, 2})
+            for (bool null_operands : {false, true}) {
+              CAPTURE(std::string(kernel.name));
+              CAPTURE(layout == BLayout::nk ? "nk" : "kn");
+              CAPTURE(M);
+              CAPTURE(N);
+              CAPTURE(threads);
+              CAPTURE(null_operands);
+              const size_t ldc = N + 2;
+              const std::vector<float> A(M * 3, 1.0f), B(N * 3, 1.0f);
+              std::vector<float> C(M * ldc, kSentinel);
+              for (size_t m = 0; m < M; ++m) std::fill(C.begin() + m * ldc, C.begin() + m * ldc + N, NAN);
+              const float* a = null_operands ? nullptr : A.data();
+              const float* b = null_operands ? nullptr : B.data();
+              gemm_unpacked(kernel.isa, M, N, 0, 0.125f, a, 1, b, layout == BLayout::kn ? N : 1, layout, C.data(),
+                            ldc, ws, threads);
+              for (size_t m = 0; m < M; ++m) {
+                for (size_t n = 0; n < N; ++n) REQUIRE(C[m * ldc + n] == 0.0f);
+                for (size_t n = N; n < ldc; ++n) REQUIRE(C[m * ldc + n] == kSentinel);
+              }
+              std::vector<float> ref(M * ldc, kSentinel);
+              gemm_unpacked_ref(M, N, 0, 0.125f, a, 1, b, layout == BLayout::kn ? N : 1, layout, ref.data(), ldc);
+              REQUIRE(std::memcmp(ref.data(), C.data(), C.size() * sizeof(float)) == 0);
+            }
+}
+
+TEST_CASE("onednn peer: the OpenMP thread count is restored after a call, also when it throws") {
+  // oneDNN takes its thread count from the calling thread's OpenMP state; the peer sets it per call and must give
+  // the caller's back on every exit (bench-gemm and the cross-checks above rely on it).
+  const int before = omp_get_max_threads();
+  omp_set_num_threads(3);
+  const size_t M = 2, N = 16, K = 8;
+  const auto src = random_vector(M * K, 100), w = random_vector(N * K, 101);
+  std::vector<float> dst(M * N);
+  perf::onednn_gemm(src.data(), M, K, w.data(), N, K, K, dst.data(), N, {}, 1);
+  CHECK(omp_get_max_threads() == 3);
+  perf::OnednnMatmul matmul(w.data(), N, K, K, M, K, N, {}, nullptr, 2);
+  CHECK(omp_get_max_threads() == 3);
+  GemmEpilogue with_bias;
+  with_bias.bias = w.data();
+  CHECK_THROWS_AS(matmul.run(src.data(), dst.data(), with_bias, 2), Error);  // not the epilogue it was made for
+  CHECK(omp_get_max_threads() == 3);
+  try {
+    const perf::ScopedOmpThreads scoped(1);
+    CHECK(omp_get_max_threads() == 1);
+    throw Error("thrown while the peer's thread count is in effect");
+  } catch (const Error&) {
+  }
+  CHECK(omp_get_max_threads() == 3);
+  omp_set_num_threads(before);
+}
+
 TEST_CASE("gemm: bad arguments throw sqrtdk::Error") {
   const size_t M = 4, N = 8, K = 16;
   std::vector<float> src(M * K, 1.0f), w(N * K, 1.0f), dst(M * N);
@@ -285,7 +449,7 @@ TEST_CASE("gemm: bad arguments throw sqrtdk::Error") {
   CHECK_THROWS_AS(PackedWeights::pack(w.data(), N, 0, K, isa), Error);
   CHECK_THROWS_AS(PackedWeights::pack(nullptr, N, K, K, isa), Error);
   CHECK_THROWS_AS(PackedWeights::pack(w.data(), N, K, K - 1, isa), Error);
-  const PackedWeights packed = PackedWeights::pack(w.data(), N, K, K, isa, GemmBackend::sqrtdk);
+  const PackedWeights packed = PackedWeights::pack(w.data(), N, K, K, isa);
   CHECK(packed.bytes() >= N * K * sizeof(float));
   CHECK_THROWS_AS(gemm(nullptr, M, K, packed, dst.data(), N), Error);
   CHECK_THROWS_AS(gemm(src.data(), M, K, packed, nullptr, N), Error);
@@ -330,7 +494,7 @@ TEST_CASE("gemm: the fused activations are ops/activation's, bit for bit") {
   for (const auto& kernel : runnable_kernels(gemm_detail::gemm_kernels())) {
     if (kernel.isa == Isa::ref) continue;  // the double references differ by design (tanh form vs exp form)
     CAPTURE(std::string(kernel.name));
-    const PackedWeights packed = PackedWeights::pack(w.data(), N, 1, 1, kernel.isa, GemmBackend::sqrtdk);
+    const PackedWeights packed = PackedWeights::pack(w.data(), N, 1, 1, kernel.isa);
     // The bias (0.01 n) makes every lane's input different: v = src[m] + bias[n].
     std::vector<float> bias(N);
     for (size_t n = 0; n < N; ++n) bias[n] = 0.01f * static_cast<float>(n);

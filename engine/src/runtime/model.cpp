@@ -88,7 +88,7 @@ class Loader final : public WeightLoader {
     }
     ops::PackedWeights packed;
     try {
-      packed = ops::PackedWeights::pack(src, N, K, K, isa_, ops::default_gemm_backend(), rows_consumed);
+      packed = ops::PackedWeights::pack(src, N, K, K, isa_, rows_consumed);
     } catch (const Error& e) {
       throw Error(e.kind(), file_.path() + ": tensor '" + names[0].first + "' [" + std::to_string(N) + ", " +
                   std::to_string(K) + "]: packing failed: " + e.what());
