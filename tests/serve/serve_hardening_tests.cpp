@@ -185,16 +185,17 @@ TEST_CASE("serve hardening: start-up that cannot get its threads exits 4 with a 
   CHECK(r.output.find("listening") == std::string::npos);
 }
 
-TEST_CASE("serve hardening: a session whose KV cache does not fit ends start-up with the KV cache error") {
-  // The long-context toy needs 64 MiB of KV cache per session: the first sessions fit in 768 MiB, later ones do not.
+TEST_CASE("serve hardening: a session that does not fit in memory ends start-up with a clear error") {
+  // The long-context toy needs 64 MiB of KV cache (and 24 MiB of RoPE table) per session: the first sessions fit in
+  // 768 MiB, later ones do not; the error names what did not fit (KV cache or RoPE table), its size and the context.
   // Before: the pool threw after starting worker threads, and the server hung in ~Slot or aborted.
   const auto r = run_to_exit(SQRTDK_SERVE_BIN,
                              {"--model", SQRTDK_SERVE_LONG_MODEL, "--port", "0", "--sessions", "16", "--threads", "1"},
                              768 << 20, 20);
   INFO(r.output);
   CHECK(r.status == 4);
-  CHECK(r.output.find("KV cache") != std::string::npos);
-  CHECK(r.output.find("MiB") != std::string::npos);
+  CHECK(r.output.find("for max_context 65536 needs") != std::string::npos);
+  CHECK(r.output.find("MiB: out of memory") != std::string::npos);
 }
 
 TEST_CASE("serve hardening: a non-streaming client that disconnects cancels its completion") {

@@ -1,6 +1,7 @@
 #include "tools/cli/cli_util.h"
 
 #include "tools/cli/commands.h"
+#include "tools/common/sigbus_report.h"
 
 #include <sqrtdk/error.h>
 
@@ -29,7 +30,9 @@ std::shared_ptr<const Model> ModelArgs::load() const {
   options.load.max_bytes = static_cast<uint64_t>(max_model_mb * 1048576.0);
   options.n_threads = threads;
   if (!isa.empty()) options.isa = static_cast<int>(parse_isa(isa));
-  return Model::load(model.empty() ? default_model_path() : model, options);
+  const std::string path = model.empty() ? default_model_path() : model;
+  tools::report_sigbus_for_model(path);
+  return Model::load(path, options);
 }
 
 void PromptArgs::add_to(CLI::App& cmd, const std::string& default_prompt) {

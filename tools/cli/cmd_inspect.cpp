@@ -3,6 +3,7 @@
 // --check also counts NaN/Inf values per tensor and fails (exit 2) if any tensor holds one.
 // A bad file: one line "sqrtdk: error: <path>: ..." on stderr, exit 2 (sqrtdk::Error propagates to main).
 #include "tools/cli/commands.h"
+#include "tools/common/sigbus_report.h"
 
 #include "models/family.h"
 
@@ -41,6 +42,7 @@ void run_inspect(const InspectOptions& o) {
   LoadOptions load;
   load.verify_checksums = !o.no_verify;
   const auto t0 = std::chrono::steady_clock::now();
+  tools::report_sigbus_for_model(o.path);
   const auto wf = WeightFile::open(o.path, load);
   const double load_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   const ModelConfig& c = wf->config();

@@ -5,6 +5,8 @@
 //   0 ok, 1 usage error (bad flags), 2 bad input file (unreadable, corrupt or invalid model), 3 runtime error.
 #pragma once
 
+#include "tools/common/default_model.h"
+
 #include <CLI/CLI.hpp>
 
 #include <string>
@@ -14,7 +16,7 @@ namespace sqrtdk::cli {
 enum ExitCode { kOk = 0, kUsage = 1, kBadInput = 2, kRuntime = 3 };
 
 // The bundled default model (built by the build from a fixed seed until a trained model ships).
-std::string default_model_path();
+using tools::default_model_path;  // tools/common/default_model.h
 
 void add_run_command(CLI::App& app);
 void add_generate_command(CLI::App& app);

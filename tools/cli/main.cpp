@@ -6,28 +6,7 @@
 #include <sqrtdk/version.h>
 
 #include <cstdio>
-#include <cstdlib>
-#include <filesystem>
 #include <string>
-
-namespace sqrtdk::cli {
-
-std::string default_model_path() {
-  if (const char* env = std::getenv("SQRTDK_MODEL"); env && env[0]) return env;
-  // Installed: <prefix>/bin/sqrtdk and <prefix>/share/sqrtdk/models/default.sqdk (cmake --install). In the build
-  // tree: <build>/bin/sqrtdk and <build>/models/default.sqdk. The first that exists; else the build-tree path (so
-  // the error names where it looked).
-  std::error_code ec;
-  auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
-  if (ec) return "models/default.sqdk";
-  const auto prefix = exe.parent_path().parent_path();
-  const auto installed = prefix / "share" / "sqrtdk" / "models" / "default.sqdk";
-  const auto build_tree = prefix / "models" / "default.sqdk";
-  if (!std::filesystem::exists(build_tree, ec) && std::filesystem::exists(installed, ec)) return installed.string();
-  return build_tree.string();
-}
-
-}  // namespace sqrtdk::cli
 
 int main(int argc, char** argv) {
   using namespace sqrtdk::cli;

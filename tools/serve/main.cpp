@@ -6,6 +6,8 @@
 // Prints "listening on HOST:PORT" on stdout once it accepts connections (with --port 0 the port is the one the
 // system chose). SIGTERM or SIGINT: drain (see server.h: running requests finish, queued ones get 503, what is still
 // open after --grace seconds is cut), exit 0.
+#include "tools/common/default_model.h"
+#include "tools/common/sigbus_report.h"
 #include "tools/serve/server.h"
 
 #include <sqrtdk/error.h>
@@ -21,22 +23,9 @@
 #include <pthread.h>
 #include <thread>
 
-namespace {
-
-std::string default_model_path() {
-  if (const char* env = std::getenv("SQRTDK_MODEL"); env && env[0]) return env;
-  // The build puts the default model in <build>/models/ beside <build>/bin/ (as the sqrtdk CLI does).
-  std::error_code ec;
-  auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
-  if (!ec) return (exe.parent_path().parent_path() / "models" / "default.sqdk").string();
-  return "models/default.sqdk";
-}
-
-}  // namespace
-
 int main(int argc, char** argv) {
   sqrtdk::serve::ServerOptions o;
-  std::string model_path = default_model_path();
+  std::string model_path = sqrtdk::tools::default_model_path();
   CLI::App app{"sqrtdk-serve: an HTTP completion service (POST /v1/completions, GET /healthz, GET /metrics).\n"
                "Exit codes: 0 ok (also after SIGTERM/SIGINT), 1 usage error, 2 model error, 3 cannot listen,\n"
                "4 cannot start (a session's KV cache or a thread does not fit in memory or the process limits)."};
@@ -85,6 +74,7 @@ int main(int argc, char** argv) {
 
   std::shared_ptr<const sqrtdk::Model> model;
   try {
+    sqrtdk::tools::report_sigbus_for_model(model_path);
     model = sqrtdk::Model::load(model_path);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "sqrtdk-serve: %s\n", e.what());

@@ -75,7 +75,9 @@ size_t sqrtdk_session_n_past(const sqrtdk_session* session);
 sqrtdk_status sqrtdk_session_generate(sqrtdk_session* session, const uint32_t* prompt, size_t n_prompt,
                                       const sqrtdk_sampling* sampling, size_t max_new_tokens, uint32_t* out_tokens,
                                       size_t* n_out);
-/* One token from logits[n_vocab] with the given sampling (the seed is used as is: same seed, same token). */
+/* One token from logits[n_vocab] with the given sampling (the seed is used as is: same seed, same token).
+ * +Inf logits share the probability equally, -Inf ones are never picked; NaN anywhere (or all -Inf) is
+ * SQRTDK_ERR_INVALID_ARGUMENT (see <sqrtdk/generate.h>). */
 sqrtdk_status sqrtdk_sample(const float* logits, size_t n_vocab, const sqrtdk_sampling* sampling, uint32_t* out);
 
 /* Copies the handle's last error message (empty if none) into buf (NUL-terminated, truncated to size); returns
