@@ -307,8 +307,9 @@ TEST_CASE("attention: a NaN key at every position of a multi-chunk decode makes 
   AttentionWorkspace ws;
   for (const auto& kernel : runnable_kernels(attention_kernels())) {
     CAPTURE(std::string(kernel.name));
-    for (auto [path_name, path] : kPaths) {
-      CAPTURE(std::string(path_name));
+    for (const auto& named : kPaths) {  // (clang 14: no structured bindings in CAPTURE's lambda)
+      const AttentionPath path = named.second;
+      CAPTURE(std::string(named.first));
       size_t hidden = 0, first_hidden = n_keys;
       for (size_t j = 0; j < n_keys; ++j) {
         const float saved = pr.k[j * d + j % d];
@@ -334,8 +335,9 @@ TEST_CASE("attention: a NaN key at every position of a causal prefill reaches ex
   AttentionWorkspace ws;
   for (const auto& kernel : runnable_kernels(attention_kernels())) {
     CAPTURE(std::string(kernel.name));
-    for (auto [path_name, path] : kPaths) {
-      CAPTURE(std::string(path_name));
+    for (const auto& named : kPaths) {  // (clang 14: no structured bindings in CAPTURE's lambda)
+      const AttentionPath path = named.second;
+      CAPTURE(std::string(named.first));
       attention(kernel.isa, p, ws, 1, path);
       const std::vector<float> clean = pr.out;
       size_t hidden = 0, leaked = 0, first_hidden = nq, first_leaked = nq;
@@ -371,8 +373,9 @@ TEST_CASE("attention: a NaN query element makes exactly its own row and head NaN
       AttentionWorkspace ws;
       for (const auto& kernel : runnable_kernels(attention_kernels())) {
         CAPTURE(std::string(kernel.name));
-        for (auto [path_name, path] : kPaths) {
-          CAPTURE(std::string(path_name));
+        for (const auto& named : kPaths) {  // (clang 14: no structured bindings in CAPTURE's lambda)
+          const AttentionPath path = named.second;
+          CAPTURE(std::string(named.first));
           CAPTURE(pos0);
           CAPTURE(n);
           size_t wrong = 0;
