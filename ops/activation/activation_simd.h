@@ -36,7 +36,7 @@ template <class Arch>
 Batch<Arch> gelu_tanh_batch(Batch<Arch> x) {
   using B = Batch<Arch>;
   const B minus_two_k(-2.0f * 0.7978845608028654f), c(0.044715f), one(1.0f);
-  const B u = x * xsimd::fma(c * x, x, one);  // x + 0.044715 x^3
+  const B u = x * vec::fma(c * x, x, one);  // x + 0.044715 x^3
   return x / (one + vec::exp_rr2_p5<Arch>(minus_two_k * u));
 }
 

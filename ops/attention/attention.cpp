@@ -46,6 +46,9 @@ void validate(Isa isa, const AttentionParams& p) {
   if (p.head_dim == 0) fail("head_dim must be > 0");
   if (!std::isfinite(p.scale) || p.scale == 0.0f) fail("scale must be finite and nonzero, got " + std::to_string(p.scale));
   if (p.n_queries == 0) return;
+  if (p.n_keys() > kMaxAttentionKeys)
+    fail("pos0 + n_queries = " + std::to_string(p.n_keys()) + " keys exceeds 2^24 = " +
+         std::to_string(kMaxAttentionKeys) + " (the causal mask compares key positions as floats, exact up to 2^24)");
   const size_t width = p.n_heads * p.head_dim;
   if (p.q == nullptr) fail("q is null");
   if (p.k_cache == nullptr) fail("k_cache is null");

@@ -6,7 +6,7 @@
 //   Head h reads kv head h / (n_heads / n_kv_heads) (GQA; MQA when n_kv_heads = 1).
 //   causal: query i (position pos0 + i) sees keys 0 .. pos0 + i; non-causal: all pos0 + n_queries keys.
 //
-// Two paths, both kept (attention_path.md-style notes in attention.cpp):
+// Two paths, both kept (how `automatic` chooses, with the measurements: the header comment of attention.cpp):
 //   unfused  scores = Q·Kᵀ (gemm_unpacked), softmax_rows with the causal mask, out = P·V (gemm_unpacked);
 //            materializes n_queries × n_keys scores per head (per thread).
 //   fused    flash-style: key tiles folded into an online softmax; Q·Kᵀ and P·V both as register-blocked tiles,
@@ -15,6 +15,10 @@
 //            partial softmax states are merged in a fixed order.
 // Determinism: the work partition (heads, query blocks, cache chunks) depends on the shape only, never on
 // n_threads, and every output element is computed by one thread: bit-identical results for any thread count.
+// NaN: a NaN in q or in a key a query sees makes that query's output row (its head) NaN, never hidden, on every
+// path, ISA, key position and decode chunk (tests/ops/test_attention.cpp). Open: a NaN in a value row also reaches
+// queries that do not see that key (their weight is 0, and 0 · NaN = NaN): every earlier query on the unfused path,
+// earlier queries of the same 64-key tile on the fused path; attention_ref does not.
 // Accuracy (vs attention_ref, double): fused and unfused within about 1e-5 relative to max |v| for the tested shapes
 // (float dot products of length head_dim, exp 2 ulp, float sums of up to n_keys terms).
 #pragma once
@@ -78,6 +82,9 @@ class AttentionWorkspace {
 };
 
 // Validates p (sqrtdk::Error naming the bad field), then runs the chosen path with n_threads (0 = default).
+// At most kMaxAttentionKeys keys (pos0 + n_queries): the fused path's causal mask compares key positions as floats,
+// exact for integers up to 2^24; more keys are refused rather than masked wrongly.
+inline constexpr size_t kMaxAttentionKeys = size_t{1} << 24;
 void attention(Isa isa, const AttentionParams& p, AttentionWorkspace& ws, int n_threads = 0,
                AttentionPath path = default_attention_path());
 

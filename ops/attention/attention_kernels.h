@@ -13,7 +13,10 @@
 
 namespace sqrtdk::ops {
 
-// Keys per tile of the fused path: Sᵀ is kBc × R floats (64 × 64 × 4 B = 16 KiB, L1-resident with the K tile).
+// Keys per tile of the fused path: Sᵀ is kBc × R floats (64 × 64 × 4 B = 16 KiB). With scale·Qᵀ, the output
+// accumulator and the K and V tiles, a work item's working set is 80 KiB at head_dim 64 and 144 KiB at 128 (R = 64):
+// L2-resident (1-2 MiB per core on the development machines), not L1; the register tiles' B panels (16 KiB) are
+// what L1 holds (attention_simd.h, tiles).
 inline constexpr size_t kBc = 64;
 // Query rows (G heads × queries) per work item of the fused path: each K/V tile read feeds this many rows; smaller
 // blocks re-read K/V more often, larger ones give fewer work items to share between threads.

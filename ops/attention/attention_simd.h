@@ -19,6 +19,8 @@
 // Kernels only assert; scratch is passed in (sizes from the *_scratch_floats functions).
 #pragma once
 
+#include "ops/base/vec_exp.h"
+
 #include "ops/attention/attention_kernels.h"
 #include "ops/softmax/softmax_simd.h"
 
@@ -99,7 +101,7 @@ inline void tile_kernel(size_t K, const float* A, size_t a_rs, size_t a_cs, cons
     const float* a = A + k * a_cs;
     for (int i = 0; i < MR; ++i) {
       const V ai(a[i * a_rs]);
-      for (int v = 0; v < NV; ++v) acc[i][v] = xsimd::fma(ai, bv[v], acc[i][v]);
+      for (int v = 0; v < NV; ++v) acc[i][v] = vec::fma(ai, bv[v], acc[i][v]);
     }
   }
   for (int i = 0; i < MR; ++i)
@@ -146,7 +148,8 @@ inline void tile_block(size_t mr, size_t nv, size_t K, const float* A, size_t a_
   tile_rows<Arch, MR, NV>(mr, K, A, a_rs, a_cs, B, ldb, C, ldc, last_lanes, accumulate);
 }
 
-// C[M][N] (+)= A[M][K] · B[K][N] in MR × NV*W register tiles (column blocks outer, so a B panel stays in L1).
+// C[M][N] (+)= A[M][K] · B[K][N] in MR × NV*W register tiles. Column blocks outer: a B panel of K × NV*W floats
+// (16 KiB for K = 128 and 32 columns, or K = 64 and 64 columns) is reused from L1 by every row block.
 template <class Arch, int MR, int NV>
 inline void tiles(size_t M, size_t N, size_t K, const float* A, size_t a_rs, size_t a_cs, const float* B, size_t ldb,
                   float* C, size_t ldc, bool accumulate) {
@@ -201,6 +204,7 @@ void fused_prefill_item(const AttentionParams& p, const FusedPlan& plan, size_t 
   const size_t n_keys = p.n_keys();
   for (size_t hh = 0; hh < G; ++hh)
     for (size_t i = 0; i < nq; ++i) lim[hh * nq + i] = p.causal ? float(p.pos0 + i0 + i) : float(n_keys);
+  // Key positions and limits as floats: exact because attention() refuses more than kMaxAttentionKeys = 2^24 keys.
   for (size_t r = R; r < Rp; ++r) lim[r] = float(n_keys);
   for (size_t r = 0; r < Rp; ++r) m[r] = -inf, l[r] = 0.0f;
 
@@ -281,11 +285,11 @@ void decode_chunk(const AttentionParams& p, const DecodePlan& plan, size_t g, si
       for (size_t j = 0; j < W; ++j) acc[j] = V(0.0f);
       for (size_t c = 0; c < d_full; c += W) {
         const V qv = V::load_aligned(qh + c);
-        for (size_t j = 0; j < W; ++j) acc[j] = xsimd::fma(V::load_unaligned(krow[j] + c), qv, acc[j]);
+        for (size_t j = 0; j < W; ++j) acc[j] = vec::fma(V::load_unaligned(krow[j] + c), qv, acc[j]);
       }
       if (d_full < d) {
         const V qv = V::load_aligned(qh + d_full);
-        for (size_t j = 0; j < W; ++j) acc[j] = xsimd::fma(d_tail.load(krow[j] + d_full), qv, acc[j]);
+        for (size_t j = 0; j < W; ++j) acc[j] = vec::fma(d_tail.load(krow[j] + d_full), qv, acc[j]);
       }
       const V sums = sum_lanes<Arch>(acc);
       if (nj == W)
@@ -325,7 +329,7 @@ void decode_merge(const AttentionParams& p, const DecodePlan& plan, size_t g, si
     const V vf(f);
     for (size_t k = 0; k < d_full; k += W) {
       const V prev = c == 0 ? V(0.0f) : V::load_unaligned(dst + k);
-      xsimd::fma(vf, V::load_unaligned(oc + k), prev).store_unaligned(dst + k);
+      vec::fma(vf, V::load_unaligned(oc + k), prev).store_unaligned(dst + k);
     }
     for (size_t k = d_full; k < d; ++k) dst[k] = (c == 0 ? 0.0f : dst[k]) + f * oc[k];
   }

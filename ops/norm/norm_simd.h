@@ -7,6 +7,8 @@
 // one arithmetic path. A row of 768 floats is 3 KiB: the three passes after the first hit L1.
 #pragma once
 
+#include "ops/base/vec_exp.h"
+
 #include <xsimd/xsimd.hpp>
 
 #include <cmath>
@@ -59,13 +61,13 @@ void row_scale(const float* x, size_t d, float shift, float scale, const float* 
   size_t i = 0;
   for (; i + L <= d; i += L) {
     const B xs = (B::load_unaligned(x + i) - vshift) * vscale;
-    const B out = b ? xsimd::fma(xs, B::load_unaligned(w + i), B::load_unaligned(b + i)) : xs * B::load_unaligned(w + i);
+    const B out = b ? vec::fma(xs, B::load_unaligned(w + i), B::load_unaligned(b + i)) : xs * B::load_unaligned(w + i);
     out.store_unaligned(y + i);
   }
   if (i < d) {
     const size_t n = d - i;
     const B xs = (load_tail<Arch>(x + i, n, 0.0f) - vshift) * vscale;
-    const B out = b ? xsimd::fma(xs, load_tail<Arch>(w + i, n, 0.0f), load_tail<Arch>(b + i, n, 0.0f))
+    const B out = b ? vec::fma(xs, load_tail<Arch>(w + i, n, 0.0f), load_tail<Arch>(b + i, n, 0.0f))
                     : xs * load_tail<Arch>(w + i, n, 0.0f);
     store_tail<Arch>(y + i, n, out);
   }

@@ -7,6 +7,8 @@
 // Tails (D/2 or D not a multiple of the lanes, e.g. head_dim 80) use the same vector code on a padded copy.
 #pragma once
 
+#include "ops/base/vec_exp.h"
+
 #include "ops/rope/rope.h"
 
 #include <xsimd/xsimd.hpp>
@@ -45,15 +47,15 @@ void rope_rotate_half_head(float* v, const float* c, const float* s, size_t half
   for (; i + L <= half; i += L) {
     const B x0 = B::load_unaligned(v + i), x1 = B::load_unaligned(v + half + i);
     const B cc = B::load_unaligned(c + i), ss = B::load_unaligned(s + i);
-    xsimd::fms(x0, cc, x1 * ss).store_unaligned(v + i);
-    xsimd::fma(x1, cc, x0 * ss).store_unaligned(v + half + i);
+    vec::fms(x0, cc, x1 * ss).store_unaligned(v + i);
+    vec::fma(x1, cc, x0 * ss).store_unaligned(v + half + i);
   }
   if (i < half) {
     const size_t n = half - i;
     const B x0 = load_n<Arch>(v + i, n), x1 = load_n<Arch>(v + half + i, n);
     const B cc = load_n<Arch>(c + i, n), ss = load_n<Arch>(s + i, n);
-    store_n<Arch>(v + i, n, xsimd::fms(x0, cc, x1 * ss));
-    store_n<Arch>(v + half + i, n, xsimd::fma(x1, cc, x0 * ss));
+    store_n<Arch>(v + i, n, vec::fms(x0, cc, x1 * ss));
+    store_n<Arch>(v + half + i, n, vec::fma(x1, cc, x0 * ss));
   }
 }
 
@@ -66,13 +68,13 @@ void rope_interleaved_head(float* v, const float* cp, const float* sp, size_t he
   size_t i = 0;
   for (; i + L <= head_dim; i += L) {
     const B x = B::load_unaligned(v + i);
-    xsimd::fma(x, B::load_unaligned(cp + i), xsimd::swizzle(x, swap) * B::load_unaligned(sp + i))
+    vec::fma(x, B::load_unaligned(cp + i), xsimd::swizzle(x, swap) * B::load_unaligned(sp + i))
         .store_unaligned(v + i);
   }
   if (i < head_dim) {  // an even count: pairs never straddle the tail
     const size_t n = head_dim - i;
     const B x = load_n<Arch>(v + i, n);
-    store_n<Arch>(v + i, n, xsimd::fma(x, load_n<Arch>(cp + i, n), xsimd::swizzle(x, swap) * load_n<Arch>(sp + i, n)));
+    store_n<Arch>(v + i, n, vec::fma(x, load_n<Arch>(cp + i, n), xsimd::swizzle(x, swap) * load_n<Arch>(sp + i, n)));
   }
 }
 

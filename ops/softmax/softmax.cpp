@@ -73,6 +73,10 @@ float online_softmax_update(Isa isa, OnlineSoftmaxState& state, float* scores, s
 OnlineSoftmaxState online_softmax_merge(const OnlineSoftmaxState& a, const OnlineSoftmaxState& b, float& factor_a,
                                         float& factor_b) {
   const float inf = std::numeric_limits<float>::infinity();
+  if (std::isnan(a.max) || std::isnan(b.max)) {  // NaN is never hidden: a NaN state makes the merge NaN
+    factor_a = factor_b = std::numeric_limits<float>::quiet_NaN();
+    return {factor_a, factor_a};
+  }
   const float m = a.max > b.max ? a.max : b.max;
   if (m == -inf) {  // both empty
     factor_a = factor_b = 1.0f;

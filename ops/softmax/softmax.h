@@ -7,8 +7,10 @@
 //   Edge behaviour (each tested): inputs are shifted by the row max, so [1000, 1001, 1002] == [0, 1, 2] (no
 //   overflow); a fully masked row (every y = -inf, or causal with no visible column) gives all zeros, never NaN;
 //   any NaN in a row makes the whole row NaN (never silently hidden); an input of +inf makes its row NaN.
-//   Accuracy: each output within about 4 ulp + n * 2^-24 relative of the exact value (exp error plus the sum's
-//   rounding); rows of 1 .. 100 000 columns sum to 1 within 1e-6.
+//   Accuracy: each output within 4 ulp + (n + |y| + |y - max|) * 2^-24 relative of the exact value: exp's 2 ulp
+//   and the normalization, the float sum of n terms, and the float roundings of y and of y - max, which exp turns
+//   into a relative error of its result (a probability of 1e-8 has |y - max| ~ 18, so ~1e-6 relative); rows of
+//   1 .. 100 000 columns sum to 1 within 1e-6.
 //   Threading: rows split over n_threads (0 = default); each row is computed by one thread, so the result is
 //   bit-identical for any thread count. src == dst (in place) is allowed; other overlaps are not.
 #pragma once
@@ -52,11 +54,14 @@ struct OnlineSoftmaxState {
 
 // Folds scores[0, n) into `state`: overwrites scores with exp(score - new_max) and returns the factor
 // exp(old_max - new_max) by which accumulators built under the old max must be multiplied (1 if unchanged,
-// 0 on the first block). A block of all -inf leaves the state unchanged and writes zeros.
+// 0 on the first block). A block of all -inf leaves the state unchanged and writes zeros. A NaN score (or a NaN
+// state), whatever its position in the block, makes the state's sum NaN (and it stays NaN through later updates
+// and merges) and the NaN score's own weight NaN, so the normalized result is NaN; the reference also sets max,
+// every weight and (after the first block) the factor to NaN.
 float online_softmax_update(Isa isa, OnlineSoftmaxState& state, float* scores, size_t n);
 
 // Merges two partial states (e.g. two cache chunks of one decode row): returns the merged state and the factors
-// by which a's and b's accumulators must be multiplied before adding them.
+// by which a's and b's accumulators must be multiplied before adding them. A NaN state gives a NaN state and factors.
 OnlineSoftmaxState online_softmax_merge(const OnlineSoftmaxState& a, const OnlineSoftmaxState& b, float& factor_a,
                                         float& factor_b);
 

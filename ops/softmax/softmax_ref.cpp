@@ -44,7 +44,18 @@ void exp_ref(const float* src, float* dst, size_t n) {
 float online_softmax_update_ref(OnlineSoftmaxState& state, float* scores, size_t n) {
   const float inf = std::numeric_limits<float>::infinity();
   float new_max = state.max;
-  for (size_t i = 0; i < n; ++i) new_max = scores[i] > new_max ? scores[i] : new_max;
+  bool has_nan = std::isnan(state.max);
+  for (size_t i = 0; i < n; ++i) {
+    has_nan |= std::isnan(scores[i]);
+    new_max = scores[i] > new_max ? scores[i] : new_max;
+  }
+  if (has_nan) {  // NaN is never hidden: the scores, the sum and the factor become NaN (factor 0 on the first block)
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    for (size_t i = 0; i < n; ++i) scores[i] = nan;
+    const float factor = state.max == -inf ? 0.0f : nan;
+    state.max = state.sum = nan;
+    return factor;
+  }
   if (new_max == -inf) {
     for (size_t i = 0; i < n; ++i) scores[i] = 0.0f;
     return 1.0f;

@@ -99,7 +99,7 @@ inline void softmax_row_short(const float* src, float* dst, size_t n_valid, Batc
   for (size_t i = 0; i < kShortRowVectors; ++i) {
     if (i >= n_full) break;
     const B x = B::load_unaligned(src + i * W);
-    const B z = mask ? xsimd::fma(x, vscale, B::load_unaligned(mask + i * W)) + neg_max : xsimd::fma(x, vscale, neg_max);
+    const B z = mask ? vec::fma(x, vscale, B::load_unaligned(mask + i * W)) + neg_max : vec::fma(x, vscale, neg_max);
     e[i] = exp_rr2_p5<Arch>(z);
     if (i % 2 == 0)
       s0 += e[i];
@@ -110,7 +110,7 @@ inline void softmax_row_short(const float* src, float* dst, size_t n_valid, Batc
   B e_tail(0.0f);
   if (tail > 0) {
     const B x = load_partial<Arch>(src + n_full * W, tail);
-    const B y = mask ? xsimd::fma(x, vscale, load_partial<Arch>(mask + n_full * W, tail)) : x * vscale;
+    const B y = mask ? vec::fma(x, vscale, load_partial<Arch>(mask + n_full * W, tail)) : x * vscale;
     e_tail = fill_from<Arch>(exp_rr2_p5<Arch>(fill_from<Arch>(y, tail, -std::numeric_limits<float>::infinity()) + neg_max),
                              tail, 0.0f);
     sum += xsimd::hadd(e_tail);
@@ -135,12 +135,12 @@ inline void softmax_row(const float* src, float* dst, size_t n_valid, size_t n_c
   const B vscale(scale);
   auto y_at = [&](size_t j) {
     const B x = B::load_unaligned(src + j);
-    return mask ? xsimd::fma(x, vscale, B::load_unaligned(mask + j)) : x * vscale;
+    return mask ? vec::fma(x, vscale, B::load_unaligned(mask + j)) : x * vscale;
   };
   auto y_tail = [&](size_t j) {
     const size_t n = n_valid - j;
     const B x = load_partial<Arch>(src + j, n);
-    return fill_from<Arch>(mask ? xsimd::fma(x, vscale, load_partial<Arch>(mask + j, n)) : x * vscale, n, -inf);
+    return fill_from<Arch>(mask ? vec::fma(x, vscale, load_partial<Arch>(mask + j, n)) : x * vscale, n, -inf);
   };
   // Pass 1: the max of y. Four accumulators hide the max latency.
   B m0(-inf), m1(-inf), m2(-inf), m3(-inf);
@@ -172,7 +172,7 @@ inline void softmax_row(const float* src, float* dst, size_t n_valid, size_t n_c
   }
   auto z_at = [&](size_t j) {
     const B x = B::load_unaligned(src + j);
-    return mask ? xsimd::fma(x, vscale, B::load_unaligned(mask + j)) + neg_max : xsimd::fma(x, vscale, neg_max);
+    return mask ? vec::fma(x, vscale, B::load_unaligned(mask + j)) + neg_max : vec::fma(x, vscale, neg_max);
   };
   // Pass 2: e = exp(y - max), stored, summed. A NaN anywhere makes the sum NaN, so pass 3 spreads it to the row.
   // The sum runs in float within chunks of 16 vectors and in double across chunks, so long rows (100 000 columns)
@@ -231,10 +231,19 @@ inline float online_softmax_block(OnlineSoftmaxState& state, float* scores, size
   for (; j + W <= n; j += W) m0 = xsimd::max(m0, B::load_unaligned(scores + j));
   if (j < n) m0 = xsimd::max(m0, load_partial<Arch>(scores + j, n - j, -inf));
   const float block_max = reduce_max<Arch>(m0);
-  const float new_max = block_max > state.max ? block_max : state.max;
+  // NaN is never hidden (softmax.h). x86 max drops a NaN operand, so block_max is NaN (NaN in lane 0 of the last
+  // vector) or has missed the NaN. A NaN max is carried into new_max (a plain `block_max > state.max` would drop it
+  // and, on the first block, zero the scores). A missed NaN reaches the sum through exp(NaN - max) = NaN, except
+  // when no score is finite (new_max = -inf): that rare case scans the block.
+  float new_max = std::isnan(block_max) || block_max > state.max ? block_max : state.max;
   if (new_max == -inf) {
-    for (size_t i = 0; i < n; ++i) scores[i] = 0.0f;
-    return 1.0f;
+    bool has_nan = false;
+    for (size_t i = 0; i < n; ++i) has_nan |= std::isnan(scores[i]);
+    if (!has_nan) {
+      for (size_t i = 0; i < n; ++i) scores[i] = 0.0f;
+      return 1.0f;
+    }
+    new_max = std::numeric_limits<float>::quiet_NaN();  // every score, the sum and the factor become NaN below
   }
   const B vmax(new_max);
   B s(0.0f);
@@ -277,7 +286,7 @@ inline void online_softmax_columns(float* s, size_t n_keys, size_t ld, float* m,
       sum += e;
     }
     const B a = exp_rr2_p5<Arch>(m_old - shift);
-    xsimd::fma(B::load_unaligned(l + r), a, sum).store_unaligned(l + r);
+    vec::fma(B::load_unaligned(l + r), a, sum).store_unaligned(l + r);
     m_new.store_unaligned(m + r);
     a.store_unaligned(alpha + r);
   }

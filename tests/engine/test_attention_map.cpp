@@ -10,6 +10,7 @@
 
 #include "tools/explain/attention_map.h"
 #include "tests/common/toy_model.h"
+#include "tests/common/close.h"
 #include "tests/common/xml_check.h"
 
 #include <cmath>
@@ -80,9 +81,10 @@ TEST_CASE("attention map: captured probabilities are causal softmax rows (every 
         CHECK(map.n_heads == config.n_heads);
         CHECK(map.n_queries == 21);
         CHECK(map.n_keys == 21);
-        CHECK(map.scale == doctest::Approx(1.0 / std::sqrt(static_cast<double>(config.head_dim))));
+        // The scale is 1/sqrt(head_dim) as a float: 1 ulp of the exact value.
+        SQRTDK_CHECK_ULP(map.scale, 1.0 / std::sqrt(static_cast<double>(config.head_dim)), 1, "one float rounding");
         check_causal_rows(map);
-        CHECK(map.row(0, 0)[0] == doctest::Approx(1.0));  // the first query sees only itself
+        CHECK(map.row(0, 0)[0] == 1.0f);  // the first query sees only itself: exp(0) / exp(0), exact
       }
     }
   }
@@ -171,8 +173,9 @@ TEST_CASE("attention map: SVG is well-formed with one cell per (query, key) per 
   CHECK(all.find("a&b") == std::string::npos);
   // Uniform causal rows: each head's entropy is the uniform bound, mean of ln(i + 1).
   const double uniform = (std::log(1.0) + std::log(2.0) + std::log(3.0) + std::log(4.0) + std::log(5.0)) / 5;
-  CHECK(mean_row_entropy(map, 1) == doctest::Approx(uniform).epsilon(1e-6));
-  CHECK(mean_uniform_entropy(map) == doctest::Approx(uniform));
+  // Float probabilities 1/(i+1) (1 ulp each) summed with logs over 5 rows: 1e-6 relative.
+  SQRTDK_CHECK_REL(mean_row_entropy(map, 1), uniform, 1e-6, "float probabilities 1/(i+1), 1 ulp each");
+  SQRTDK_CHECK_REL(mean_uniform_entropy(map), uniform, 1e-12, "the same logs in double");
 
   const std::string one = attention_map_svg(map, labels, {2}, "one head");
   CHECK(test::xml_well_formed(one));

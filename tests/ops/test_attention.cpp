@@ -3,6 +3,8 @@
 // argument checks; the observer hook.
 #include <doctest/doctest.h>
 
+#include "tests/common/close.h"
+
 #include "ops/attention/attention.h"
 #include "ops/attention/attention_kernels.h"
 
@@ -225,7 +227,10 @@ TEST_CASE("attention: the observer gets the probabilities") {
     CHECK(probs.n_heads == 4);
     CHECK(probs.n_queries == 9);
     CHECK(probs.n_keys == 29);
-    for (size_t i = 0; i < probs.probs.size(); ++i) CHECK(probs.probs[i] == doctest::Approx(ref_probs.probs[i]).epsilon(1e-5));
+    // Probabilities: float dot products of 32 terms (scores up to ~10: rounding ~1e-6 absolute in the exponent,
+    // so ~1e-6 relative in the probability), exp 2 ulp, a sum of <= 29 terms: 1e-5 relative.
+    for (size_t i = 0; i < probs.probs.size(); ++i)
+      SQRTDK_CHECK_REL(probs.probs[i], ref_probs.probs[i], 1e-5, "float scores, exp, short sum");
     // Causal: query 0 (position 20) sees keys 0..20, key 21.. are exactly 0.
     for (size_t j = 21; j < 29; ++j) CHECK(probs.probs[j] == 0.0f);
   }
@@ -250,6 +255,8 @@ TEST_CASE("attention: invalid parameters throw sqrtdk::Error naming the field") 
   expect([](AttentionParams& p) { p.ldq = 10; }, "ldq");
   expect([](AttentionParams& p) { p.ldo = 10; }, "ldo");
   expect([](AttentionParams& p) { p.cache_stride = 7; }, "cache_stride");
+  // More keys than the fused causal mask compares exactly (float positions, 2^24): refused on every path.
+  expect([](AttentionParams& p) { p.pos0 = kMaxAttentionKeys, p.cache_stride = kMaxAttentionKeys + 8; }, "2^24");
   const bool env_set = std::getenv("SQRTDK_ATTENTION") != nullptr;
   if (!env_set) CHECK(default_attention_path() == AttentionPath::automatic);
 }
@@ -277,4 +284,115 @@ TEST_CASE("attention: the automatic path follows the measured crossovers (attent
   AttentionParams p;
   p.n_heads = 8, p.n_kv_heads = 1, p.head_dim = 64, p.n_queries = 1, p.pos0 = 99, p.observe = &probs;
   CHECK(choose_attention_path(p) == AttentionPath::unfused);
+}
+
+// NaN is never hidden (softmax.h): a NaN score must reach every output it feeds. x86 max drops a NaN operand, so
+// where the NaN sits decides whether a max-based kernel sees it: the tests put one NaN at every key position, so
+// it lands in every lane of every vector of every decode chunk and every key tile (issue 13: a NaN in lane 0 of
+// the last vector of a decode chunk became the chunk max, the max comparison dropped it, the chunk's scores were
+// zeroed and the merge discarded the chunk).
+namespace {
+
+const std::pair<const char*, AttentionPath> kPaths[] = {{"fused", AttentionPath::fused},
+                                                        {"unfused", AttentionPath::unfused}};
+
+}  // namespace
+
+TEST_CASE("attention: a NaN key at every position of a multi-chunk decode makes the output NaN") {
+  // MQA (1 kv head): 256-key decode chunks, so 549 keys are 3 chunks (256, 256, 37: a tail of the last vector).
+  const size_t n_keys = 2 * kDecodeChunkShort + 37, d = 16;
+  Problem pr(2, 1, d, 1, n_keys - 1, 21);
+  REQUIRE(decode_chunk_keys(1) == kDecodeChunkShort);
+  AttentionParams p = pr.params(true);
+  AttentionWorkspace ws;
+  for (const auto& kernel : runnable_kernels(attention_kernels())) {
+    CAPTURE(std::string(kernel.name));
+    for (const auto& named : kPaths) {  // (clang 14: no structured bindings in CAPTURE's lambda)
+      const AttentionPath path = named.second;
+      CAPTURE(std::string(named.first));
+      size_t hidden = 0, first_hidden = n_keys;
+      for (size_t j = 0; j < n_keys; ++j) {
+        const float saved = pr.k[j * d + j % d];
+        pr.k[j * d + j % d] = std::nanf("");
+        attention(kernel.isa, p, ws, 1, path);
+        pr.k[j * d + j % d] = saved;
+        bool all_nan = true;
+        for (size_t c = 0; c < 2 * d; ++c) all_nan &= std::isnan(pr.out[c]);
+        if (!all_nan && hidden++ == 0) first_hidden = j;
+      }
+      CAPTURE(first_hidden);
+      CHECK(hidden == 0);
+    }
+  }
+}
+
+TEST_CASE("attention: a NaN key at every position of a causal prefill reaches exactly the queries that see it") {
+  // 2 query heads per kv head, 130 queries from position 0: several query blocks and 3 key tiles of kBc = 64 (the
+  // last partial); query i sees keys 0..i, so a NaN in key j makes rows i >= j NaN and leaves rows i < j unchanged.
+  const size_t nq = 2 * kBc + 2, d = 16, heads = 2;
+  Problem pr(heads, 1, d, nq, 0, 22);
+  AttentionParams p = pr.params(true);
+  AttentionWorkspace ws;
+  for (const auto& kernel : runnable_kernels(attention_kernels())) {
+    CAPTURE(std::string(kernel.name));
+    for (const auto& named : kPaths) {  // (clang 14: no structured bindings in CAPTURE's lambda)
+      const AttentionPath path = named.second;
+      CAPTURE(std::string(named.first));
+      attention(kernel.isa, p, ws, 1, path);
+      const std::vector<float> clean = pr.out;
+      size_t hidden = 0, leaked = 0, first_hidden = nq, first_leaked = nq;
+      for (size_t j = 0; j < nq; ++j) {
+        const float saved = pr.k[j * d + j % d];
+        pr.k[j * d + j % d] = std::nanf("");
+        attention(kernel.isa, p, ws, 1, path);
+        pr.k[j * d + j % d] = saved;
+        for (size_t i = 0; i < nq; ++i) {
+          const float* row = pr.out.data() + i * p.ldo;
+          const float* clean_row = clean.data() + i * p.ldo;
+          for (size_t c = 0; c < heads * d; ++c) {
+            if (i >= j && !std::isnan(row[c]) && hidden++ == 0) first_hidden = j;
+            if (i < j && std::memcmp(&row[c], &clean_row[c], sizeof(float)) != 0 && leaked++ == 0) first_leaked = j;
+          }
+        }
+      }
+      CAPTURE(first_hidden);
+      CAPTURE(first_leaked);
+      CHECK(hidden == 0);
+      CHECK(leaked == 0);
+    }
+  }
+}
+
+TEST_CASE("attention: a NaN query element makes exactly its own row and head NaN, on both paths") {
+  const size_t nq = 70, d = 16, heads = 4;
+  for (size_t pos0 : {size_t{0}, size_t{300}}) {  // prefill from 0, and a block after a 300-key cache
+    Problem pr(heads, 2, d, nq, pos0, 23);
+    for (size_t n : {nq, size_t{1}}) {  // prefill, then decode (one query)
+      AttentionParams p = pr.params(true);
+      p.n_queries = n;
+      AttentionWorkspace ws;
+      for (const auto& kernel : runnable_kernels(attention_kernels())) {
+        CAPTURE(std::string(kernel.name));
+        for (const auto& named : kPaths) {  // (clang 14: no structured bindings in CAPTURE's lambda)
+          const AttentionPath path = named.second;
+          CAPTURE(std::string(named.first));
+          CAPTURE(pos0);
+          CAPTURE(n);
+          size_t wrong = 0;
+          for (size_t i = 0; i < n; i += 3) {
+            const size_t h = i % heads, c0 = (i * 5) % d;
+            float& qe = pr.q[i * p.ldq + h * d + c0];
+            const float saved = qe;
+            qe = std::nanf("");
+            attention(kernel.isa, p, ws, 1, path);
+            qe = saved;
+            for (size_t r = 0; r < n; ++r)
+              for (size_t c = 0; c < heads * d; ++c)
+                wrong += std::isnan(pr.out[r * p.ldo + c]) != (r == i && c / d == h);
+          }
+          CHECK(wrong == 0);
+        }
+      }
+    }
+  }
 }
