@@ -17,6 +17,7 @@
 #pragma once
 
 #include "ops/activation/activation_simd.h"
+#include "ops/base/vec_exp.h"  // vec::fma: one rounding on every ISA (xsimd 8.1 has no avx512 fma)
 #include "ops/gemm/gemm_kernels.h"
 
 #include <xsimd/xsimd.hpp>
@@ -142,7 +143,7 @@ void gemm_ukernel(size_t kc, const float* __restrict a, size_t lda, const float*
     for (int r = 0; r < MR; ++r) {
       const V av(a_row[r][k]);
 #pragma GCC unroll 8
-      for (int j = 0; j < NV; ++j) acc[r][j] = xsimd::fma(av, bv[j], acc[r][j]);
+      for (int j = 0; j < NV; ++j) acc[r][j] = vec::fma(av, bv[j], acc[r][j]);
     }
   }
   const bool plain = last == nullptr || (last->alpha == 1.0f && last->bias == nullptr &&
@@ -199,13 +200,13 @@ void gemm_decode_panel(size_t K, const float* __restrict a, const float* __restr
     for (int u = 0; u < U; ++u) {
       const V av(a[k + u]);
 #pragma GCC unroll 8
-      for (int j = 0; j < NV; ++j) acc[u][j] = xsimd::fma(av, V::load_aligned(b + (k + u) * NR + j * L), acc[u][j]);
+      for (int j = 0; j < NV; ++j) acc[u][j] = vec::fma(av, V::load_aligned(b + (k + u) * NR + j * L), acc[u][j]);
     }
   }
   for (; k < K; ++k) {
     const V av(a[k]);
 #pragma GCC unroll 8
-    for (int j = 0; j < NV; ++j) acc[0][j] = xsimd::fma(av, V::load_aligned(b + k * NR + j * L), acc[0][j]);
+    for (int j = 0; j < NV; ++j) acc[0][j] = vec::fma(av, V::load_aligned(b + k * NR + j * L), acc[0][j]);
   }
 #pragma GCC unroll 8
   for (int step = 1; step < U; step *= 2)
@@ -308,7 +309,7 @@ void gemm_direct(size_t M, size_t K, float alpha, const float* A, size_t lda, co
           const V av(a[k]);
           const float* brow = B + k * ldb + n;
           for (size_t j = 0; j < 4 && j * L < width; ++j)
-            acc[j] = xsimd::fma(av, load_n<Arch>(brow + j * L, width - j * L), acc[j]);
+            acc[j] = vec::fma(av, load_n<Arch>(brow + j * L, width - j * L), acc[j]);
         }
         for (size_t j = 0; j < 4 && j * L < width; ++j) store_n<Arch>(c + n + j * L, acc[j] * V(alpha), width - j * L);
       }
@@ -319,12 +320,12 @@ void gemm_direct(size_t M, size_t K, float alpha, const float* A, size_t lda, co
         V s0(0.0f), s1(0.0f), s2(0.0f), s3(0.0f);
         size_t k = 0;
         for (; k + 4 * L <= K; k += 4 * L) {
-          s0 = xsimd::fma(V::load_unaligned(a + k), V::load_unaligned(brow + k), s0);
-          s1 = xsimd::fma(V::load_unaligned(a + k + L), V::load_unaligned(brow + k + L), s1);
-          s2 = xsimd::fma(V::load_unaligned(a + k + 2 * L), V::load_unaligned(brow + k + 2 * L), s2);
-          s3 = xsimd::fma(V::load_unaligned(a + k + 3 * L), V::load_unaligned(brow + k + 3 * L), s3);
+          s0 = vec::fma(V::load_unaligned(a + k), V::load_unaligned(brow + k), s0);
+          s1 = vec::fma(V::load_unaligned(a + k + L), V::load_unaligned(brow + k + L), s1);
+          s2 = vec::fma(V::load_unaligned(a + k + 2 * L), V::load_unaligned(brow + k + 2 * L), s2);
+          s3 = vec::fma(V::load_unaligned(a + k + 3 * L), V::load_unaligned(brow + k + 3 * L), s3);
         }
-        for (; k < K; k += L) s0 = xsimd::fma(load_n<Arch>(a + k, K - k), load_n<Arch>(brow + k, K - k), s0);
+        for (; k < K; k += L) s0 = vec::fma(load_n<Arch>(a + k, K - k), load_n<Arch>(brow + k, K - k), s0);
         c[n] = alpha * xsimd::hadd((s0 + s1) + (s2 + s3));
       }
     }

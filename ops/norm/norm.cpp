@@ -25,10 +25,14 @@ void check_rows(const char* op, const float* src, size_t n_rows, size_t d, size_
   if (!(eps > 0.0f) || !std::isfinite(eps)) throw Error(where + "eps must be finite and > 0, got " + std::to_string(eps));
 }
 
-// Runs fn(row_begin, row_end) over the rows split between n_threads (never more threads than rows).
+// Runs fn(row_begin, row_end) over the rows split between n_threads (never more threads than rows). Under 2^16
+// elements (a few microseconds) one thread, as softmax does: a parallel region costs more than that, and on a busy
+// machine its barrier can wait a whole scheduler slice for a descheduled thread. Rows are independent: the split
+// changes no result.
 template <class F>
-void for_row_ranges(size_t n_rows, int n_threads, F fn) {
-  const int threads = static_cast<int>(std::min<size_t>(static_cast<size_t>(resolve_threads(n_threads)), n_rows));
+void for_row_ranges(size_t n_rows, size_t d, int n_threads, F fn) {
+  const size_t by_work = n_rows * d < (size_t{1} << 16) ? 1 : static_cast<size_t>(resolve_threads(n_threads));
+  const int threads = static_cast<int>(std::min(by_work, n_rows));
   if (threads <= 1) {
     fn(size_t{0}, n_rows);
     return;
@@ -55,7 +59,7 @@ void layer_norm(Isa isa, const float* src, size_t n_rows, size_t d, size_t ld_sr
                 const float* bias, float eps, float* dst, size_t ld_dst, int n_threads) {
   const NormKernels& kernels = select_kernel(norm_kernels(), isa).kernels;
   check_rows("layer_norm", src, n_rows, d, ld_src, weight, eps, dst, ld_dst);
-  for_row_ranges(n_rows, n_threads, [&](size_t begin, size_t end) {
+  for_row_ranges(n_rows, d, n_threads, [&](size_t begin, size_t end) {
     const float* s = src + begin * ld_src;
     float* o = dst + begin * ld_dst;
     const size_t rows = end - begin;
@@ -67,7 +71,7 @@ void rms_norm(Isa isa, const float* src, size_t n_rows, size_t d, size_t ld_src,
               float* dst, size_t ld_dst, int n_threads) {
   const NormKernels& kernels = select_kernel(norm_kernels(), isa).kernels;
   check_rows("rms_norm", src, n_rows, d, ld_src, weight, eps, dst, ld_dst);
-  for_row_ranges(n_rows, n_threads, [&](size_t begin, size_t end) {
+  for_row_ranges(n_rows, d, n_threads, [&](size_t begin, size_t end) {
     const float* s = src + begin * ld_src;
     float* o = dst + begin * ld_dst;
     const size_t rows = end - begin;
