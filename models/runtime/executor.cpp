@@ -10,30 +10,13 @@
 
 namespace sqrtdk {
 
-namespace {
-
-// Threads worth a linear layer: one per 50 us of estimated single-thread work, at most n_threads. The estimate is
-// the larger of its multiply-adds at 100 G/s and its weight bytes at 15 GB/s (the compute and the DRAM-read rates of
-// one core, rounded down from MACHINE.md). Below that a parallel region costs more than it saves, and where other
-// processes compete for the cores each region can wait a scheduler time slice for a descheduled thread: the bundled
-// model's 47-token forward took 78-290 ms at -t 2 against 12-20 ms at -t 1 with three CPU hogs on the 2-core VM.
-// A 110M-shaped model's decode layers (7 MB of weights, ~470 us) still split. GEMM results do not depend on the
-// thread count, so this changes speed only.
-int linear_threads(int n_threads, double macs, double weight_bytes) {
-  const double single_thread_us = std::max(macs / 100e3, weight_bytes / 15e3);
-  return static_cast<int>(std::clamp(std::floor(single_thread_us / 50.0), 1.0, static_cast<double>(n_threads)));
-}
-
-}  // namespace
-
 void run_linear(ForwardState& s, const char* op, int layer, const Linear& w, const float* x, size_t n, size_t ldx,
                 float* y, size_t ldy, const ops::GemmEpilogue& epilogue) {
   const double N = static_cast<double>(w.N()), K = static_cast<double>(w.K());
   // Bytes: weights once, input rows, output rows (read too when a residual is added).
   const double bytes = (N * K + n * K + n * N * (epilogue.residual ? 2 : 1)) * sizeof(float);
-  const int threads = linear_threads(s.n_threads, n * N * K, N * K * sizeof(float));
   run_op(s, op, layer, n, 2.0 * n * N * K, bytes,
-         [&] { ops::gemm(x, n, ldx, w.weights, y, ldy, epilogue, threads); });
+         [&] { ops::gemm(x, n, ldx, w.weights, y, ldy, epilogue, s.n_threads); });
 }
 
 void run_attention(ForwardState& s, int layer, size_t n, size_t pos0) {
