@@ -7,13 +7,13 @@
 #include <sqrtdk/model.h>
 #include <sqrtdk/session.h>
 
+#include "tests/common/address_space.h"
 #include "tests/common/toy_model.h"
 
 #include <cstdio>
 #include <string>
 #include <vector>
 
-#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -63,17 +63,7 @@ TEST_CASE("family rules: a llama file with max_seq 2^24 loads and runs in bounde
   const pid_t pid = fork();
   REQUIRE(pid >= 0);
   if (pid == 0) {
-    size_t mapped_kib = 0;
-    if (FILE* status = std::fopen("/proc/self/status", "r")) {
-      char line[256];
-      while (std::fgets(line, sizeof line, status))
-        if (std::sscanf(line, "VmSize: %zu kB", &mapped_kib) == 1) break;
-      std::fclose(status);
-    }
-    if (mapped_kib == 0) _exit(10);
-    rlimit cap{};
-    cap.rlim_cur = cap.rlim_max = (rlim_t{mapped_kib} << 10) + (rlim_t{512} << 20);
-    if (setrlimit(RLIMIT_AS, &cap) != 0) _exit(10);
+    if (!test::cap_address_space(size_t{512} << 20)) _exit(10);
     try {
       ModelOptions mo;
       mo.n_threads = 1;

@@ -9,9 +9,9 @@
 #include <sqrtdk/session.h>
 #include <sqrtdk/sqrtdk.h>
 
+#include "tests/common/address_space.h"
 #include "tests/common/toy_model.h"
 
-#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -231,18 +231,8 @@ TEST_CASE("hostile: an allocation that fails is a clear Error and the process li
   REQUIRE(pid >= 0);
   if (pid == 0) {
     // Child: no doctest macros (they are not fork-safe); the exit code says which step failed.
-    // The cap: the address space already mapped (libraries, thread stacks, malloc arenas) plus 256 MiB.
-    size_t mapped_kib = 0;
-    if (FILE* status = std::fopen("/proc/self/status", "r")) {
-      char line[256];
-      while (std::fgets(line, sizeof line, status))
-        if (std::sscanf(line, "VmSize: %zu kB", &mapped_kib) == 1) break;
-      std::fclose(status);
-    }
-    if (mapped_kib == 0) _exit(10);
-    rlimit cap{};
-    cap.rlim_cur = cap.rlim_max = (rlim_t{mapped_kib} << 10) + (rlim_t{256} << 20);
-    if (setrlimit(RLIMIT_AS, &cap) != 0) _exit(10);
+    // The cap: the address space already mapped plus 256 MiB.
+    if (!test::cap_address_space(size_t{256} << 20)) _exit(10);
     try {
       SessionOptions full;
       full.n_threads = 1;
