@@ -2,6 +2,7 @@
 // abandoned completions, the per-request time limit, half-close, pipelining, conflicting framing, oversized chunked
 // bodies, slow-header floods, the connection cap, the SIGTERM drain, 405s, /healthz, --version. Raw loopback sockets
 // (127.0.0.1), every wait bounded.
+#include "tests/common/address_space.h"
 #include "tests/serve/serve_test_util.h"
 
 #include <doctest/doctest.h>
@@ -163,7 +164,8 @@ constexpr size_t kGiB = size_t{1} << 30;
 
 }  // namespace
 
-TEST_CASE("serve hardening: default options start and serve under a 1 GiB address-space limit") {
+TEST_CASE("serve hardening: default options start and serve under a 1 GiB address-space limit" *
+          doctest::skip(sqrtdk::test::kUnderSanitizer)) {  // an address-space cap: not under sanitizers
   // Before: 256 HTTP threads (8 MiB stacks each) aborted the server after "listening".
   ServerProcess server({}, kGiB);
   const int fd = open_with(server.port(), post_request({{"prompt", "a"}, {"max_tokens", 4}}, "Connection: close\r\n"));
@@ -174,7 +176,8 @@ TEST_CASE("serve hardening: default options start and serve under a 1 GiB addres
   CHECK(server.running());
 }
 
-TEST_CASE("serve hardening: start-up that cannot get its threads exits 4 with a clear message") {
+TEST_CASE("serve hardening: start-up that cannot get its threads exits 4 with a clear message" *
+          doctest::skip(sqrtdk::test::kUnderSanitizer)) {  // an address-space cap: not under sanitizers
   // 256 I/O threads reserve 2 GiB of stacks: they do not fit in 1 GiB. The error comes before "listening".
   const auto r = run_to_exit(SQRTDK_SERVE_BIN, ServerProcess::with_model({"--port", "0", "--http-threads", "256"}),
                              kGiB, 20);
@@ -185,7 +188,8 @@ TEST_CASE("serve hardening: start-up that cannot get its threads exits 4 with a 
   CHECK(r.output.find("listening") == std::string::npos);
 }
 
-TEST_CASE("serve hardening: a session that does not fit in memory ends start-up with a clear error") {
+TEST_CASE("serve hardening: a session that does not fit in memory ends start-up with a clear error" *
+          doctest::skip(sqrtdk::test::kUnderSanitizer)) {  // an address-space cap: not under sanitizers
   // The long-context toy needs 64 MiB of KV cache (and 24 MiB of RoPE table) per session: the first sessions fit in
   // 768 MiB, later ones do not; the error names what did not fit (KV cache or RoPE table), its size and the context.
   // Before: the pool threw after starting worker threads, and the server hung in ~Slot or aborted.
