@@ -256,9 +256,11 @@ TEST_CASE("gemm: multiply/residual that partly overlap dst are refused (threads 
           {0, ldc + 1},                                   // same start, another stride
           {0, N},                                         // same start, the dense stride
       };
-      for (const auto& [offset, ld] : partial)
+      for (const auto& overlap : partial)  // no structured binding: clang 14 cannot CAPTURE it
         for (bool residual : {false, true})
           for (int threads : {1, 2}) {
+            const ptrdiff_t offset = overlap.first;
+            const size_t ld = overlap.second;
             CAPTURE(offset);
             CAPTURE(ld);
             CAPTURE(residual);
