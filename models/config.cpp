@@ -13,15 +13,8 @@ void ModelConfig::validate(const std::string& where) const {
   const std::string w = where + ": config: ";
   auto fail = [&](const std::string& what) { throw Error(w + what); };
   const ModelFamily* family = find_family(arch);
-  if (!family) {
-    std::string known;  // "0 = gpt2 or 1 = llama"
-    const auto families = model_families();
-    for (size_t i = 0; i < families.size(); ++i) {
-      if (i) known += i + 1 == families.size() ? " or " : ", ";
-      known += std::to_string(static_cast<uint32_t>(families[i]->arch)) + " = " + families[i]->name;
-    }
-    fail("unknown arch " + std::to_string(static_cast<uint32_t>(arch)) + " (expected " + known + ")");
-  }
+  if (!family)
+    fail("unknown arch " + std::to_string(static_cast<uint32_t>(arch)) + " (expected " + family_names(true) + ")");
   const std::pair<const char*, uint32_t> widths[] = {{"d_model", d_model}, {"n_heads", n_heads},
                                                      {"n_kv_heads", n_kv_heads}, {"head_dim", head_dim},
                                                      {"d_ff", d_ff}, {"n_vocab", n_vocab}, {"max_seq", max_seq}};

@@ -4,6 +4,8 @@
 
 #include <sqrtdk/error.h>
 
+#include <iterator>
+
 namespace sqrtdk {
 
 extern const ModelFamily kGpt2Family;   // models/gpt2/gpt2_family.cpp
@@ -24,6 +26,16 @@ const ModelFamily* find_family(Arch arch) {
 const ModelFamily& family_of(const ModelConfig& config) {
   if (const ModelFamily* f = find_family(config.arch)) return *f;
   throw Error("no model family has arch " + std::to_string(static_cast<uint32_t>(config.arch)));
+}
+
+std::string family_names(bool with_ids) {
+  std::string names;
+  for (size_t i = 0; i < std::size(kFamilies); ++i) {
+    if (i) names += i + 1 == std::size(kFamilies) ? " or " : ", ";
+    if (with_ids) names += std::to_string(static_cast<uint32_t>(kFamilies[i]->arch)) + " = ";
+    names += kFamilies[i]->name;
+  }
+  return names;
 }
 
 std::vector<TensorSpec> family_tensors(const ModelConfig& config) { return family_of(config).tensors(config); }

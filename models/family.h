@@ -68,6 +68,8 @@ struct ModelFamily {
 std::span<const ModelFamily* const> model_families();
 // The family of `arch`, or nullptr if there is none (a corrupt file's config).
 const ModelFamily* find_family(Arch arch);
+// The known families for messages: "gpt2 or llama", or with their Arch ids "0 = gpt2 or 1 = llama".
+std::string family_names(bool with_ids = false);
 // The family of a validated config (throws sqrtdk::Error for an unknown arch).
 const ModelFamily& family_of(const ModelConfig& config);
 

@@ -147,9 +147,7 @@ void add_make_toy_command(CLI::App& app) {
   sub->add_option("-o,--output", o->out, "Output .sqdk file")->required();
   std::vector<std::string> archs;  // every family in the registry (models/families.cpp)
   for (const ModelFamily* f : model_families()) archs.push_back(f->name);
-  std::string arch_help;
-  for (size_t i = 0; i < archs.size(); ++i) arch_help += (i ? (i + 1 == archs.size() ? " or " : ", ") : "") + archs[i];
-  sub->add_option("--arch", o->arch, arch_help)->required()->check(CLI::IsMember(archs));
+  sub->add_option("--arch", o->arch, family_names())->required()->check(CLI::IsMember(archs));
   sub->add_option("--seed", o->seed, "Random seed")->required();
   sub->add_option("--dtype", o->dtype, "f32, f16 or bf16")->capture_default_str()->check(
       CLI::IsMember({"f32", "f16", "bf16"}));

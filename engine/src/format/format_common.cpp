@@ -15,14 +15,9 @@ namespace sqrtdk {
 using namespace format_detail;
 
 Arch parse_arch(std::string_view name) {
-  std::string known;  // "gpt2 or llama"
-  const auto families = model_families();
-  for (size_t i = 0; i < families.size(); ++i) {
-    if (name == families[i]->name) return families[i]->arch;
-    if (i) known += i + 1 == families.size() ? " or " : ", ";
-    known += families[i]->name;
-  }
-  throw Error("unknown architecture '" + quote_name(name) + "' (expected " + known + ")");
+  for (const ModelFamily* f : model_families())
+    if (name == f->name) return f->arch;
+  throw Error("unknown architecture '" + quote_name(name) + "' (expected " + family_names() + ")");
 }
 
 const char* dtype_name(DType dtype) {
