@@ -16,9 +16,9 @@
 // Determinism: the work partition (heads, query blocks, cache chunks) depends on the shape only, never on
 // n_threads, and every output element is computed by one thread: bit-identical results for any thread count.
 // NaN: a NaN in q or in a key a query sees makes that query's output row (its head) NaN, never hidden, on every
-// path, ISA, key position and decode chunk (tests/ops/test_attention.cpp). Open: a NaN in a value row also reaches
-// queries that do not see that key (their weight is 0, and 0 · NaN = NaN): every earlier query on the unfused path,
-// earlier queries of the same 64-key tile on the fused path; attention_ref does not.
+// path, ISA, key position and decode chunk (tests/ops/test_attention.cpp). A NaN or Inf in a value row reaches
+// exactly the queries that see its key: a masked weight is 0 and 0 · NaN = NaN, so both paths stop the product of
+// the rows that cannot see it before that row (bit-identical to a clean run for those rows).
 // Accuracy (vs attention_ref, double): fused and unfused within about 1e-5 relative to max |v| for the tested shapes
 // (float dot products of length head_dim, exp 2 ulp, float sums of up to n_keys terms).
 #pragma once

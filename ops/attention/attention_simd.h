@@ -26,6 +26,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <cmath>
 #include <cstddef>
 #include <limits>
 
@@ -167,6 +168,21 @@ inline void tiles(size_t M, size_t N, size_t K, const float* A, size_t a_rs, siz
   }
 }
 
+// Index of the first of `rows` rows (length d, contiguous) holding a NaN or ±Inf; `rows` if none.
+template <class Arch>
+size_t first_nonfinite_row(const float* x, size_t rows, size_t d) {
+  using V = Batch<Arch>;
+  constexpr size_t W = V::size;
+  const size_t n = rows * d;
+  const V big(std::numeric_limits<float>::max());
+  size_t e = 0;
+  for (; e + W <= n; e += W)
+    if (xsimd::any(!(xsimd::abs(V::load_unaligned(x + e)) <= big))) break;  // NaN fails every comparison
+  for (; e < n; ++e)
+    if (!(std::fabs(x[e]) <= std::numeric_limits<float>::max())) return e / d;
+  return rows;
+}
+
 // Register tiles per ISA: avx512 has 32 zmm: Q·Kᵀ 8 keys × 32 rows (16 accumulators), P·V 6 rows × 64 columns
 // (24 accumulators: head_dim 64 in one pass); avx2 has 16 ymm: 6 × 16 (12 accumulators) for both.
 template <class Arch>
@@ -237,7 +253,28 @@ void fused_prefill_item(const AttentionParams& p, const FusedPlan& plan, size_t 
       }
     }
     // O[R][d] (+)= P[R][nk] · V[kt .. kt + nk][d]; P(r, j) = Sᵀ[j][r].
-    tiles<Arch, TS::pv_mr, TS::pv_nv>(R, d, nk, st, 1, Rp, vg + kt * d, d, o, dp, kt > 0);
+    // A masked key's probability is exactly 0, but 0 · NaN = NaN: a non-finite value row would reach the rows that
+    // cannot see it. Where the tile holds keys masked for some row, find the first non-finite value row among them
+    // (at most kBc rows); the rows that cannot see it stop their product just before it. The products they skip
+    // are 0 · finite = 0 in a clean run, so their bits do not change.
+    const size_t masked_from = p.causal ? std::max(kt, first_masked) : kt + nk;
+    const size_t bad = masked_from < kt + nk
+                           ? masked_from + first_nonfinite_row<Arch>(vg + masked_from * d, kt + nk - masked_from, d)
+                           : kt + nk;
+    if (bad == kt + nk) {
+      tiles<Arch, TS::pv_mr, TS::pv_nv>(R, d, nk, st, 1, Rp, vg + kt * d, d, o, dp, kt > 0);
+    } else {
+      // Row i of the block sees keys up to pos0 + i0 + i, so rows i < n_blind cannot see key `bad`
+      // (bad >= first_masked = pos0 + i0 + 1, so n_blind >= 1).
+      const size_t n_blind = std::min(nq, bad - (p.pos0 + i0));
+      for (size_t hh = 0; hh < G; ++hh) {
+        const size_t r0 = hh * nq;
+        tiles<Arch, TS::pv_mr, TS::pv_nv>(n_blind, d, bad - kt, st + r0, 1, Rp, vg + kt * d, d, o + r0 * dp, dp,
+                                          kt > 0);
+        tiles<Arch, TS::pv_mr, TS::pv_nv>(nq - n_blind, d, nk, st + r0 + n_blind, 1, Rp, vg + kt * d, d,
+                                          o + (r0 + n_blind) * dp, dp, kt > 0);
+      }
+    }
   }
   for (size_t hh = 0; hh < G; ++hh) {
     for (size_t i = 0; i < nq; ++i) {

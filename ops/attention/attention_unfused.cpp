@@ -11,6 +11,9 @@
 #include "ops/gemm/gemm.h"
 #include "ops/softmax/softmax.h"
 
+#include <algorithm>
+#include <cmath>
+#include <limits>
 #include <vector>
 
 namespace sqrtdk::ops {
@@ -39,6 +42,33 @@ UnfusedScratch& AttentionWorkspace::Impl::unfused() { return *unfused_; }
 
 namespace {
 
+// A masked key's probability is exactly 0, but 0 · NaN = NaN: a non-finite value row reaches, through P·V, the
+// earlier rows that cannot see it. Only when the output holds a non-finite element (a check of n × d floats), find
+// the first non-finite value row `bad` among the keys masked for some row, and recompute the rows that cannot see
+// it with value rows bad.. set to 0: the same GEMM shape, so the same blocking and summation order, and the
+// products changed were 0 · finite = 0, so those rows get exactly the bits of a clean run.
+void redo_rows_blind_to_nonfinite_values(Isa isa, const AttentionParams& p, const float* probs, const float* v,
+                                         float* out, GemmWorkspace& gws, int threads) {
+  const size_t d = p.head_dim, n = p.n_queries, m = p.n_keys();
+  auto finite = [](float x) { return std::fabs(x) <= std::numeric_limits<float>::max(); };
+  bool clean = true;
+  for (size_t i = 0; i < n && clean; ++i)
+    for (size_t c = 0; c < d; ++c) clean &= finite(out[i * p.ldo + c]);
+  if (clean) return;
+  size_t bad = m;
+  for (size_t e = (p.pos0 + 1) * d; e < m * d; ++e)
+    if (!finite(v[e])) {
+      bad = e / d;
+      break;
+    }
+  if (bad == m) return;  // the non-finite outputs come from q, k or v rows every row sees
+  const size_t n_blind = std::min(n, bad - p.pos0);  // row i sees keys 0 .. pos0 + i
+  std::vector<float> v_clean(m * d, 0.0f), redo(n * d);
+  std::copy(v, v + bad * d, v_clean.begin());
+  gemm_unpacked(isa, n, d, m, 1.0f, probs, m, v_clean.data(), d, BLayout::kn, redo.data(), d, gws, threads);
+  for (size_t i = 0; i < n_blind; ++i) std::copy_n(redo.data() + i * d, d, out + i * p.ldo);
+}
+
 // One head: scores (or the observer's slice), softmax, P·V. `threads` is the thread count inside GEMM/softmax.
 void unfused_head(Isa isa, const AttentionParams& p, size_t h, float* scores, GemmWorkspace& gws, int threads) {
   const size_t d = p.head_dim, n = p.n_queries, m = p.n_keys(), g = h / (p.n_heads / p.n_kv_heads);
@@ -50,7 +80,9 @@ void unfused_head(Isa isa, const AttentionParams& p, size_t h, float* scores, Ge
   mask.causal = p.causal;
   mask.pos0 = p.pos0;
   softmax_rows(isa, n, m, scores, m, scores, m, 1.0f, mask, threads);
-  gemm_unpacked(isa, n, d, m, 1.0f, scores, m, v, d, BLayout::kn, p.out + h * d, p.ldo, gws, threads);
+  float* out = p.out + h * d;
+  gemm_unpacked(isa, n, d, m, 1.0f, scores, m, v, d, BLayout::kn, out, p.ldo, gws, threads);
+  if (p.causal && n > 1) redo_rows_blind_to_nonfinite_values(isa, p, scores, v, out, gws, threads);
 }
 
 }  // namespace

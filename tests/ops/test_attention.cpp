@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -359,6 +360,51 @@ TEST_CASE("attention: a NaN key at every position of a causal prefill reaches ex
       CAPTURE(first_leaked);
       CHECK(hidden == 0);
       CHECK(leaked == 0);
+    }
+  }
+}
+
+TEST_CASE("attention: a non-finite value row reaches exactly the queries that see its key") {
+  // The value-side twin of the test above. A masked key's probability is exactly 0 and 0 · NaN = NaN, so a NaN or
+  // Inf in value row j used to reach rows i < j too (issue 13: 408 elements on the unfused path, 24 on the fused
+  // path in this shape). Rows i >= j must be non-finite; rows i < j must keep the bits of the clean run.
+  const size_t nq = 2 * kBc + 2, d = 16, heads = 2;
+  Problem pr(heads, 1, d, nq, 0, 23);
+  AttentionParams p = pr.params(true);
+  AttentionWorkspace ws;
+  const float poisons[] = {std::nanf(""), std::numeric_limits<float>::infinity()};
+  for (const auto& kernel : runnable_kernels(attention_kernels())) {
+    CAPTURE(std::string(kernel.name));
+    for (const auto& named : kPaths) {
+      const AttentionPath path = named.second;
+      CAPTURE(std::string(named.first));
+      for (const float poison : poisons) {
+        CAPTURE(poison);
+        attention(kernel.isa, p, ws, 1, path);
+        const std::vector<float> clean = pr.out;
+        size_t hidden = 0, leaked = 0, first_hidden = nq, first_leaked = nq;
+        for (size_t j = 0; j < nq; ++j) {
+          const float saved = pr.v[j * d + j % d];
+          pr.v[j * d + j % d] = poison;
+          attention(kernel.isa, p, ws, 1, path);
+          pr.v[j * d + j % d] = saved;
+          for (size_t i = 0; i < nq; ++i) {
+            for (size_t hh = 0; hh < heads; ++hh) {
+              // Column j % d of each head is the one multiplied by the poisoned element.
+              const float got = pr.out[i * p.ldo + hh * d + j % d];
+              if (i >= j && std::isfinite(got) && hidden++ == 0) first_hidden = j;
+            }
+            const float* row = pr.out.data() + i * p.ldo;
+            const float* clean_row = clean.data() + i * p.ldo;
+            if (i < j && std::memcmp(row, clean_row, heads * d * sizeof(float)) != 0 && leaked++ == 0)
+              first_leaked = j;
+          }
+        }
+        CAPTURE(first_hidden);
+        CAPTURE(first_leaked);
+        CHECK(hidden == 0);
+        CHECK(leaked == 0);
+      }
     }
   }
 }
