@@ -30,6 +30,7 @@ if want release; then
   cmake --build --preset release -j"$jobs"
   echo "== release: ctest"
   ctest --preset release -j"$jobs"
+  build/release/bin/sqrtdk-tests --covered-isas
   stage_done release
 fi
 
@@ -42,6 +43,7 @@ if want asan; then
   # engine's out-of-memory errors are tested here too (ASan aborts on it by default).
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:allocator_may_return_null=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     ctest --preset asan -j"$jobs"
+  build/asan/bin/sqrtdk-tests --covered-isas
   stage_done asan
 fi
 
