@@ -130,7 +130,7 @@ size_t dram_probe_bytes(const CacheSizes& caches) {
 
 int read_probe_passes(size_t bytes) {
   if (bytes == 0) return 1;
-  return static_cast<int>(std::max<size_t>(1, (size_t{256} << 20) / bytes));
+  return static_cast<int>(std::max<size_t>(1, (size_t{64} << 20) / bytes));
 }
 
 }  // namespace sqrtdk::roofs

@@ -56,7 +56,9 @@ CacheSizes detect_cache_sizes(const std::string& sysfs_dir = "/sys/devices/syste
 size_t l2_probe_bytes(const CacheSizes& caches, int n_threads);
 size_t l3_probe_bytes(const CacheSizes& caches, int n_threads);
 size_t dram_probe_bytes(const CacheSizes& caches);
-// Passes over a `bytes` probe per timed run so that one run reads at least 256 MiB (a few ms: timeable).
+// Passes over a `bytes` probe per timed run so that one run reads at least 64 MiB: a few ms, timeable, and short
+// enough that a best-of-15 finds runs no other process interrupted (at a load average of 11 on this 2-core VM,
+// best of 5 runs of 256 MiB read the L3 at 14-18 GB/s; best of 40 runs of 64 MiB at 24-26).
 int read_probe_passes(size_t bytes);
 
 }  // namespace sqrtdk::roofs

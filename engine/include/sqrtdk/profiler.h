@@ -124,7 +124,8 @@ class Profiler {
   const MachineRoofs& roofs() const { return roofs_; }
   // What limits the op, against `roof` (the phase's: phase_roof): "overhead" when it reaches under a tenth of
   // what the roofline allows at its intensity (neither roof explains its time: call and thread overheads,
-  // latency), else "compute" at or above the roof's ridge point, else "memory" ("L3 bandwidth" etc.).
+  // latency), else "compute" at or above the roof's ridge point, else "<level> bandwidth" ("L3 bandwidth"), or
+  // "no L1 roof" when the level has no measured read roof.
   std::string bound(const OpStats& s, const ReadRoof& roof) const;
 
  private:

@@ -60,10 +60,12 @@ MachineRoofs measure_machine_roofs(Isa isa, int n_threads, bool quick) {
   const int reps = quick ? 1 : 3;
   const size_t dram = quick ? size_t{64} << 20 : roofs::dram_probe_bytes(caches);
   r.dram_gbs = roofs::measure_read_gbs(n_threads, dram, reps);
+  // The cache probes' runs are a few ms each: many of them, so the best is one no other process interrupted.
+  const int cache_reps = quick ? 1 : 15;
   if (const size_t l3 = roofs::l3_probe_bytes(caches, n_threads))
-    r.l3_gbs = roofs::measure_read_gbs(n_threads, l3, reps + 2, quick ? 1 : roofs::read_probe_passes(l3));
+    r.l3_gbs = roofs::measure_read_gbs(n_threads, l3, cache_reps, quick ? 1 : roofs::read_probe_passes(l3));
   if (const size_t l2 = roofs::l2_probe_bytes(caches, n_threads))
-    r.l2_gbs = roofs::measure_read_gbs(n_threads, l2, reps + 2, quick ? 1 : roofs::read_probe_passes(l2));
+    r.l2_gbs = roofs::measure_read_gbs(n_threads, l2, cache_reps, quick ? 1 : roofs::read_probe_passes(l2));
   r.source = quick ? "measured (quick: a smoke run, not a roof)" : "measured";
   return r;
 }
@@ -352,8 +354,9 @@ std::string Profiler::bound(const OpStats& s, const ReadRoof& roof) const {
   }
   // Under a tenth of the roofline, neither roof explains the time: say so instead of naming one.
   if (reached < 0.1) return "overhead";
-  if (s.flops > 0 && roof.gbs > 0 && s.intensity() >= roof.ridge_point(roofs_.peak_gflops)) return "compute";
-  if (s.flops > 0 && roof.gbs == 0) return "compute";
+  // No read roof for the level (L1, or one not measured): no ridge point to compare with.
+  if (roof.gbs <= 0) return "no " + std::string(memory_level_name(roof.level)) + " roof";
+  if (s.flops > 0 && s.intensity() >= roof.ridge_point(roofs_.peak_gflops)) return "compute";
   return memory;
 }
 
