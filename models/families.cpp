@@ -38,6 +38,15 @@ std::string family_names(bool with_ids) {
   return names;
 }
 
+DecodeBytes decode_bytes_per_token(const ModelConfig& config, size_t position) {
+  DecodeBytes bytes = family_of(config).decode_weight_bytes(config);
+  // Per layer and kv head: head_dim floats of K and of V per position; attention reads positions 0..position.
+  const double kv_row = 2.0 * config.n_layers * config.n_kv_heads * config.head_dim * sizeof(float);
+  bytes.kv_read = kv_row * (static_cast<double>(position) + 1);
+  bytes.kv_written = kv_row;
+  return bytes;
+}
+
 std::vector<TensorSpec> family_tensors(const ModelConfig& config) { return family_of(config).tensors(config); }
 uint64_t family_tensor_count(const ModelConfig& config) { return family_of(config).tensor_count(config); }
 

@@ -25,6 +25,17 @@ struct TensorSpec {
   std::vector<uint64_t> shape;  // outermost first; linear weights are [out, in]
 };
 
+// The bytes one decode step (one token at `position`, attending to positions 0..position) must move, by kind. A
+// lower bound on the traffic, so bandwidth / total() is an upper bound on tokens/s: panel padding, activations,
+// RoPE tables and the logits are left out (small, and mostly cache-resident).
+struct DecodeBytes {
+  double weights = 0;     // what the forward reads in full: every linear weight and bias, the norms, the lm head (f32)
+  double embedding = 0;   // the token's embedding row (+ gpt2's position row)
+  double kv_read = 0;     // K and V of positions 0..position, every layer and kv head
+  double kv_written = 0;  // K and V of this position, every layer and kv head
+  double total() const { return weights + embedding + kv_read + kv_written; }
+};
+
 // Reads a tensor of the model as f32 by name, shaped as the family's tensor table says (reference forwards).
 using TensorReader = std::function<std::vector<float>(const std::string& name)>;
 
@@ -43,6 +54,9 @@ struct ModelFamily {
   uint64_t (*n_params)(const ModelConfig& config);
   // Multiply-adds per token in one block's linear layers (FLOP counts in reports and benchmarks).
   double (*block_linear_macs)(const ModelConfig& config);
+  // Bytes of weights and embedding rows one decode step reads (the `weights` and `embedding` of DecodeBytes; the
+  // KV cache's share is the same for every family: decode_bytes_per_token adds it).
+  DecodeBytes (*decode_weight_bytes)(const ModelConfig& config);
   bool uses_rope;  // positions by rotary embedding (rope_theta, rope_interleaved apply)
   // Defaults for what `sqrtdk make-toy` leaves open: the feed-forward width for a d_model, and the RoPE base.
   uint32_t (*default_d_ff)(uint32_t d_model);
@@ -72,6 +86,10 @@ const ModelFamily* find_family(Arch arch);
 std::string family_names(bool with_ids = false);
 // The family of a validated config (throws sqrtdk::Error for an unknown arch).
 const ModelFamily& family_of(const ModelConfig& config);
+
+// Everything one decode step at `position` moves (DecodeBytes): the family's weights and embedding rows, plus the KV
+// cache read and written. The decode roofline of `sqrtdk bench` and the profiler's working set come from here.
+DecodeBytes decode_bytes_per_token(const ModelConfig& config, size_t position);
 
 // The family's tensor table for `config` (see ModelFamily::tensors).
 std::vector<TensorSpec> family_tensors(const ModelConfig& config);

@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <limits>
 #include <random>
 #include <string>
@@ -144,7 +145,11 @@ int main(int argc, char** argv) {
   }
   const Isa isa = default_isa();
   const char* kernel = ops::select_kernel(ops::attention_kernels(), isa).name;  // the fused path's table entry
-  nlohmann::json out = {{"machine", machine_json()}, {"isa", isa_name(isa)}, {"kernel", kernel},
+  const std::map<int, MachineRoofs> roofs = measure_roofs(isa, args.threads, args.smoke);
+  nlohmann::json out = {{"machine", machine_json(roofs, "wall-clock median of " + std::to_string(args.reps) +
+                                                            " runs; prefill warm caches; decode cold (caches "
+                                                            "evicted before each call) and warm, as labelled", args.threads)},
+                        {"isa", isa_name(isa)}, {"kernel", kernel},
                         {"prefill", nlohmann::json::array()}, {"decode", nlohmann::json::array()}};
   out["note"] =
       "prefill GFLOP/s = 4*n*m*d*n_heads (halved if causal) / s; decode GB/s = K+V bytes / s; medians of reps";
@@ -160,11 +165,7 @@ int main(int argc, char** argv) {
   Table decode({"threads", "heads", "cache", "K+V MiB", "fused GB/s", "% DRAM", "unfused GB/s", "fused/unfused",
                 "warm fused GB/s", "warm fused/unfused", "fused us"});
   for (int t : args.threads) {
-    const double peak = measure_fma_peak_gflops(isa, t, args.smoke);
-    const double bw = measure_read_bandwidth_gbs(t, args.smoke);
-    std::fprintf(stderr, "threads %d: FMA peak %.1f GFLOP/s, DRAM read %.1f GB/s\n", t, peak, bw);
-    out["fma_peak_gflops_" + std::to_string(t)] = peak;
-    out["dram_read_gbs_" + std::to_string(t)] = bw;
+    const double peak = roofs.at(t).peak_gflops, bw = roofs.at(t).dram_gbs;
     const int saved_threads = omp_get_max_threads();
     for (const HeadConfig& hc : prefill_configs) {
       if (!run_prefill) break;
@@ -185,13 +186,13 @@ int main(int argc, char** argv) {
           const double gf = flops / s_fused / 1e9, gu = flops / s_unfused / 1e9, gd = flops / s_dnnl / 1e9;
           const std::vector<std::string> cells = {
               std::to_string(t), hc.name,           std::to_string(n),       causal ? "yes" : "no",
-              fmt(gf),           fmt(100 * gf / peak), fmt(gu),             fmt(gd),
+              fmt(gf),           pct_cell(share_of_roof(gf, peak, "FMA peak")), fmt(gu), fmt(gd),
               fmt(gf / gu, 2),   fmt(gf / gd, 2),   mib(ws_fused.bytes()), mib(ws_unfused.bytes()),
               mib(dnnl_attn.bytes())};
           prefill.add(cells);
           progress(cells);
           out["prefill"].push_back({{"threads", t}, {"heads", hc.name}, {"seq", n}, {"causal", causal},
-                                    {"fused_gflops", gf}, {"pct_peak", 100 * gf / peak}, {"unfused_gflops", gu},
+                                    {"fused_gflops", gf}, {"pct_peak", pct_json(share_of_roof(gf, peak, "FMA peak"))}, {"unfused_gflops", gu},
                                     {"onednn_gflops", gd}, {"ratio_unfused", gf / gu}, {"ratio_onednn", gf / gd},
                                     {"fused_scratch_bytes", ws_fused.bytes()},
                                     {"unfused_scratch_bytes", ws_unfused.bytes()},
@@ -215,13 +216,14 @@ int main(int argc, char** argv) {
         const double gb = bytes / s_fused / 1e9, gbu = bytes / s_unfused / 1e9;
         const double wgb = bytes / w_fused / 1e9, wgbu = bytes / w_unfused / 1e9;
         const std::vector<std::string> cells = {std::to_string(t), hc.name,         std::to_string(m),
-                                                mib(size_t(bytes)), fmt(gb),        fmt(100 * gb / bw),
+                                                mib(size_t(bytes)), fmt(gb),
+                                                pct_cell(share_of_roof(gb, bw, "DRAM read")),
                                                 fmt(gbu),          fmt(gb / gbu, 2), fmt(wgb),
                                                 fmt(wgb / wgbu, 2), fmt(s_fused * 1e6)};
         decode.add(cells);
         progress(cells);
         out["decode"].push_back({{"threads", t}, {"heads", hc.name}, {"cache", m}, {"fused_gbs", gb},
-                                 {"pct_dram", 100 * gb / bw}, {"unfused_gbs", gbu}, {"ratio_unfused", gb / gbu},
+                                 {"pct_dram", pct_json(share_of_roof(gb, bw, "DRAM read"))}, {"unfused_gbs", gbu}, {"ratio_unfused", gb / gbu},
                                  {"warm_fused_gbs", wgb}, {"warm_unfused_gbs", wgbu}, {"warm_ratio_unfused", wgb / wgbu},
                                  {"fused_seconds", s_fused}, {"kv_bytes", bytes}});
       }

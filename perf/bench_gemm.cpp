@@ -204,22 +204,20 @@ int main(int argc, char** argv) try {
     }
   }
   const std::vector<Case> cases = make_cases(args.smoke, only);
-  std::map<int, double> peak, bandwidth;
-  for (int t : args.threads) {
-    peak[t] = measure_fma_peak_gflops(isa, t, args.smoke);
-    bandwidth[t] = measure_read_bandwidth_gbs(t, args.smoke);
-  }
+  const std::map<int, MachineRoofs> roofs = measure_roofs(isa, args.threads, args.smoke);
 
   const char* kernel = ops::select_kernel(ops::gemm_detail::gemm_kernels(), isa).name;
   nlohmann::json out = {
-      {"machine", machine_json()},
+      {"machine", machine_json(roofs, "wall-clock median of " + std::to_string(args.reps) +
+                                          " interleaved samples, warm caches", args.threads)},
       {"isa", isa_name(isa)},
       {"kernel", kernel},
       {"method",
        {{"clock", "wall"},
         {"statistic", "median of --reps samples; a sample is the mean of repeated calls lasting >= 5 ms"},
         {"order", "interleaved per sample: sqrtdk, oneDNN, OpenBLAS"},
-        {"caches", "warm (same weights every call)"},
+        {"caches", "warm (same weights every call): decode weight GB/s is set against the read roof of the level "
+                   "the weights fit in (L2, L3 or DRAM)"},
         {"reps", args.reps},
         {"onednn", "primitive per shape and thread count, weights reordered and memory objects made outside the "
                    "timed loop; only execute + wait timed"},
@@ -228,9 +226,7 @@ int main(int argc, char** argv) try {
                                    : "not run (--no-openblas)"},
         {"openblas_core", with_openblas ? std::string(openblas_get_corename()) : std::string("-")}}},
       {"results", nlohmann::json::array()}};
-  for (int t : args.threads)
-    out["roofs"].push_back({{"threads", t}, {"fma_peak_gflops", peak[t]}, {"dram_read_gbs", bandwidth[t]}});
-  Table table({"case", "thr", "sqrtdk GFLOP/s", "% peak", "GB/s", "% DRAM bw", "oneDNN GFLOP/s", "x oneDNN",
+  Table table({"case", "thr", "sqrtdk GFLOP/s", "% peak", "GB/s", "% read roof", "oneDNN GFLOP/s", "x oneDNN",
                "OpenBLAS GFLOP/s", "x OpenBLAS"});
   for (const Case& c : cases) {
     const auto src = random_vector(c.M * c.K, 1), w = random_vector(c.N * c.K, 2);
@@ -264,16 +260,22 @@ int main(int argc, char** argv) try {
       const double g = gflops(c, s_ours), g_dnnl = gflops(c, s_dnnl), g_blas = s_blas > 0 ? gflops(c, s_blas) : 0;
       const double weight_gbs = 4.0 * c.N * c.K / s_ours * 1e-9;
       const bool decode = c.M == 1;
-      table.add({c.name(), std::to_string(t), fmt(g), fmt(100 * g / peak[t], 0) + "%",
-                 decode ? fmt(weight_gbs) : "", decode ? fmt(100 * weight_gbs / bandwidth[t], 0) + "%" : "",
+      // Warm weights: the roof is the level they fit in (an L3-resident shape is never set against DRAM).
+      ReadRoof read_roof;
+      const RoofShare bw_share = share_of_read_roof(weight_gbs, 4.0 * c.N * c.K, roofs.at(t), &read_roof);
+      const RoofShare peak_share = share_of_roof(g, roofs.at(t).peak_gflops, "FMA peak");
+      table.add({c.name(), std::to_string(t), fmt(g), pct_cell(peak_share), decode ? fmt(weight_gbs) : "",
+                 decode ? pct_cell(bw_share) + " " + memory_level_name(read_roof.level) : "",
                  fmt(g_dnnl), fmt(g / g_dnnl, 2), s_blas > 0 ? fmt(g_blas) : "-",
                  s_blas > 0 ? fmt(g / g_blas, 2) : "-"});
       nlohmann::json r = {{"case", c.group}, {"M", c.M}, {"N", c.N}, {"K", c.K}, {"threads", t},
-                          {"sqrtdk_gflops", g}, {"pct_peak", 100 * g / peak[t]}, {"onednn_gflops", g_dnnl},
+                          {"sqrtdk_gflops", g}, {"pct_peak", pct_json(peak_share)}, {"onednn_gflops", g_dnnl},
                           {"ratio_onednn", g / g_dnnl}, {"onednn_impl", dnnl.impl_name()}};
       if (decode) {
         r["sqrtdk_weight_gbs"] = weight_gbs;
-        r["pct_dram_bw"] = 100 * weight_gbs / bandwidth[t];
+        r["read_roof"] = memory_level_name(read_roof.level);
+        r["pct_read_roof"] = pct_json(bw_share);
+        r["read_roof_note"] = bw_share.text;
       }
       if (s_blas > 0) {
         r["openblas_gflops"] = g_blas;
@@ -287,10 +289,11 @@ int main(int argc, char** argv) try {
     std::printf("%s\n", out.dump(2).c_str());
   } else {
     std::printf("bench-gemm: isa %s (%s) on %s; wall-clock medians of %d interleaved samples, warm caches; "
-                "roofs measured in this run:\n",
+                "roofs measured in this run (decode GB/s against the read roof of the level the weights fit in):\n",
                 isa_name(isa), kernel, out["machine"]["cpu"].get<std::string>().c_str(), args.reps);
     for (int t : args.threads)
-      std::printf("  %d thread(s): FMA peak %.1f GFLOP/s, DRAM read %.1f GB/s\n", t, peak[t], bandwidth[t]);
+      std::printf("  %d thread(s): FMA peak %.1f GFLOP/s; read DRAM %.1f, L3 %.1f, L2 %.1f GB/s\n", t,
+                  roofs.at(t).peak_gflops, roofs.at(t).dram_gbs, roofs.at(t).l3_gbs, roofs.at(t).l2_gbs);
     if (with_openblas) std::printf("OpenBLAS core: %s\n", openblas_get_corename());
     std::printf("%s", table.str().c_str());
   }

@@ -232,7 +232,9 @@ int main(int argc, char** argv) {
   const double level_seconds = args.smoke ? 0.5 : 5.0;
   const size_t level_requests = args.smoke ? 50 : 2000;
 
-  json out = {{"machine", machine_json()},
+  json out = {{"machine", machine_json({}, "wall clock per request, client side (p50/p99 of every request); "
+                                          "throughput = requests / wall time of the level; no roofs quoted",
+                                      args.threads)},
               {"note", "loopback; the machine may be shared with other jobs: figures are noisy"},
               {"max_tokens", max_tokens},
               {"sessions", std::stoi(sessions)}};

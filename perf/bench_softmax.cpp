@@ -7,6 +7,8 @@
 #include "ops/softmax/softmax_kernels.h"
 #include "perf/common/bench_util.h"
 
+#include "ops/base/roofs.h"
+
 #include "ops/base/aligned_buffer.h"
 
 #include <dnnl.hpp>
@@ -114,15 +116,24 @@ int main(int argc, char** argv) {
                                     "bench-softmax: softmax G elements/s per core, ours per ISA vs scalar std::exp vs "
                                     "oneDNN\n  --exp-ulp  also sweep exp_rr2_p5 over every float (max ulp error)");
   const bool exp_ulp = std::find(args.rest.begin(), args.rest.end(), "--exp-ulp") != args.rest.end();
-  nlohmann::json out = {{"machine", machine_json()}, {"results", nlohmann::json::array()}};
+  nlohmann::json out = {{"machine", machine_json({}, "wall-clock median of " + std::to_string(args.reps) +
+                                                        " samples (each the mean of calls lasting >= 20 ms), warm "
+                                                        "caches; residencies sized from the detected caches",
+                                                    args.threads)},
+                        {"results", nlohmann::json::array()}};
   out["note"] = "G elements/s per core = n_rows*n_cols / seconds / threads; out of place; median of reps";
 
-  // Footprint (src + dst) per residency: L1 48 KiB/core -> 32 KiB; L2 1 MiB/core -> 512 KiB; DRAM 256 MiB.
+  // Footprint (src + dst) per residency, from this machine's caches (sysfs): 2/3 of the L1d, half the L2, and the
+  // DRAM read probe's size (twice the L3, at least 256 MiB); the fixed 32 KiB / 512 KiB / 256 MiB when sysfs is
+  // silent (256 MiB sat inside this VM's 300 MiB L3).
   struct Residency {
     const char* name;
     size_t bytes;
   };
-  const Residency residencies[] = {{"L1", size_t{32} << 10}, {"L2", size_t{512} << 10}, {"DRAM", size_t{256} << 20}};
+  const roofs::CacheSizes caches = roofs::detect_cache_sizes();
+  const Residency residencies[] = {{"L1", caches.l1d ? caches.l1d * 2 / 3 : size_t{32} << 10},
+                                   {"L2", caches.l2 ? caches.l2 / 2 : size_t{512} << 10},
+                                   {"DRAM", roofs::dram_probe_bytes(caches)}};
   std::vector<size_t> lengths = {64, 256, 1024, 4096, 32768};
   if (args.smoke) lengths = {64, 1024};
 

@@ -67,6 +67,18 @@ double block_linear_macs(const ModelConfig& c) {
   return d * (q + 2 * kv) + q * d + 2.0 * d * c.d_ff;  // qkv, out, up + down
 }
 
+// One decode step reads every block weight and bias, the final norm, the lm head ([n_vocab, d_model] packed: a copy
+// even when tied, so the token's row of tok_emb is a separate read), one tok_emb row and one pos_emb row.
+DecodeBytes decode_weight_bytes(const ModelConfig& c) {
+  const double d = c.d_model, v = c.n_vocab, q = double(c.n_heads) * c.head_dim, kv = double(c.n_kv_heads) * c.head_dim;
+  const double norms = 4 * d;                          // attn_norm and ffn_norm, weight and bias
+  const double biases = (q + 2 * kv) + d + c.d_ff + d;  // qkv, out, up, down
+  DecodeBytes b;
+  b.weights = (c.n_layers * (norms + block_linear_macs(c) + biases) + 2 * d + v * d) * sizeof(float);
+  b.embedding = 2 * d * sizeof(float);
+  return b;
+}
+
 uint32_t default_d_ff(uint32_t d_model) { return 4 * d_model; }
 
 void load_weights(WeightLoader& load, ModelWeights& m) {
@@ -162,6 +174,7 @@ extern const ModelFamily kGpt2Family{
     .tensor_count = tensor_count,
     .n_params = n_params,
     .block_linear_macs = block_linear_macs,
+    .decode_weight_bytes = decode_weight_bytes,
     .uses_rope = false,
     .default_d_ff = default_d_ff,
     .default_rope_theta = 0.0f,

@@ -58,6 +58,17 @@ double block_linear_macs(const ModelConfig& c) {
   return d * (q + 2 * kv) + q * d + 3.0 * d * c.d_ff;  // q|k|v, out, gate + up + down
 }
 
+// One decode step reads every block weight, the final norm, the lm head ([n_vocab, d_model] packed: a copy even when
+// tied, so the token's row of tok_emb is a separate read) and one tok_emb row.
+DecodeBytes decode_weight_bytes(const ModelConfig& c) {
+  const double d = c.d_model, v = c.n_vocab;
+  const double norms = 2 * d;  // attn_norm, ffn_norm
+  DecodeBytes b;
+  b.weights = (c.n_layers * (norms + block_linear_macs(c)) + d + v * d) * sizeof(float);
+  b.embedding = d * sizeof(float);
+  return b;
+}
+
 // 8/3 d_model rounded up to a multiple of 16: llama's SwiGLU sizing.
 uint32_t default_d_ff(uint32_t d_model) { return (8 * d_model / 3 + 15) / 16 * 16; }
 
@@ -146,6 +157,7 @@ extern const ModelFamily kLlamaFamily{
     .tensor_count = tensor_count,
     .n_params = n_params,
     .block_linear_macs = block_linear_macs,
+    .decode_weight_bytes = decode_weight_bytes,
     .uses_rope = true,
     .default_d_ff = default_d_ff,
     .default_rope_theta = 10000.0f,

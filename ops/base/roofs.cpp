@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -47,7 +49,7 @@ double measure_fma_gflops(Isa isa, int n_threads, long iterations, int reps) {
   return kernels.flops_per_iteration * iterations * n_threads / best * 1e-9;
 }
 
-double measure_read_gbs(int n_threads, size_t bytes, int reps) {
+double measure_read_gbs(int n_threads, size_t bytes, int reps, int passes) {
   const size_t n = bytes / sizeof(float);
   AlignedBuffer<float> a(n);
 #pragma omp parallel for num_threads(n_threads) schedule(static)
@@ -61,12 +63,74 @@ double measure_read_gbs(int n_threads, size_t bytes, int reps) {
     {
       const int t = omp_get_thread_num(), nt = omp_get_num_threads();
       const size_t begin = n * t / nt, end = n * (t + 1) / nt;
-      sink += kernels.read_loop(a.data() + begin, end - begin);
+      for (int pass = 0; pass < passes; ++pass) sink += kernels.read_loop(a.data() + begin, end - begin);
     }
     best = std::min(best, steady_seconds() - t0);
   }
   if (sink == 12345.0f) std::fputc(' ', stderr);
-  return static_cast<double>(n * sizeof(float)) / best * 1e-9;
+  return static_cast<double>(n * sizeof(float)) * passes / best * 1e-9;
+}
+
+namespace {
+
+// "48K", "2048K", "300M" (sysfs) -> bytes; 0 if unreadable.
+size_t parse_cache_size(const std::string& text) {
+  size_t value = 0, i = 0;
+  while (i < text.size() && text[i] >= '0' && text[i] <= '9') value = value * 10 + (text[i++] - '0');
+  if (i == 0) return 0;
+  const char unit = i < text.size() ? text[i] : ' ';
+  if (unit == 'K') return value << 10;
+  if (unit == 'M') return value << 20;
+  if (unit == 'G') return value << 30;
+  return value;
+}
+
+std::string read_word(const std::filesystem::path& file) {
+  std::ifstream in(file);
+  std::string word;
+  in >> word;
+  return word;
+}
+
+}  // namespace
+
+CacheSizes detect_cache_sizes(const std::string& sysfs_dir) {
+  namespace fs = std::filesystem;
+  CacheSizes sizes;
+  std::error_code ec;
+  for (fs::directory_iterator it(sysfs_dir, ec), end; !ec && it != end; it.increment(ec)) {
+    if (it->path().filename().string().rfind("index", 0) != 0) continue;
+    const std::string level = read_word(it->path() / "level"), type = read_word(it->path() / "type");
+    if (type == "Instruction") continue;  // the data (or unified) cache of each level
+    const size_t bytes = parse_cache_size(read_word(it->path() / "size"));
+    if (level == "1") sizes.l1d = bytes;
+    if (level == "2") sizes.l2 = bytes;
+    if (level == "3") sizes.l3 = bytes;
+  }
+  return sizes;
+}
+
+size_t l2_probe_bytes(const CacheSizes& caches, int n_threads) {
+  // Must stream from L2, not L1: half an L2 is still several times any L1d.
+  if (caches.l2 == 0 || caches.l2 / 2 <= 2 * caches.l1d) return 0;
+  return caches.l2 / 2 * static_cast<size_t>(n_threads);
+}
+
+size_t l3_probe_bytes(const CacheSizes& caches, int n_threads) {
+  const size_t l2s = caches.l2 * static_cast<size_t>(n_threads);
+  const size_t bytes = std::min(4 * l2s, caches.l3 / 2);
+  // Under twice the L2s together, part of it would be served from L2 and the figure would not be L3's.
+  if (caches.l3 == 0 || bytes < 2 * l2s) return 0;
+  return bytes;
+}
+
+size_t dram_probe_bytes(const CacheSizes& caches) {
+  return std::clamp(2 * caches.l3, size_t{256} << 20, size_t{1} << 30);
+}
+
+int read_probe_passes(size_t bytes) {
+  if (bytes == 0) return 1;
+  return static_cast<int>(std::max<size_t>(1, (size_t{64} << 20) / bytes));
 }
 
 }  // namespace sqrtdk::roofs

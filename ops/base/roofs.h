@@ -1,5 +1,6 @@
-// The loops that measure the machine's roofs (FMA peak, DRAM read bandwidth), one set per ISA TU
-// (ops/base/roofs_<isa>.cpp). Used by the profiler's calibration and by every benchmark in perf/.
+// The loops that measure the machine's roofs (FMA peak; read bandwidth from L2, L3 and DRAM), one set per ISA TU
+// (ops/base/roofs_<isa>.cpp), the cache sizes that place the read probes, and the probes' buffer sizes. Used by the
+// profiler's calibration and by every benchmark in perf/.
 #pragma once
 
 #include "ops/base/kernel_table.h"
@@ -8,6 +9,7 @@
 
 #include <cstddef>
 #include <span>
+#include <string>
 
 namespace sqrtdk::roofs {
 
@@ -32,7 +34,31 @@ std::span<const ops::KernelEntry<RoofKernels>> roof_kernels();
 
 // Peak FP32 GFLOP/s of `isa` on `n_threads` threads (best of `reps` runs of `iterations` rounds per thread).
 double measure_fma_gflops(Isa isa, int n_threads, long iterations, int reps);
-// DRAM read GB/s on `n_threads` threads over a `bytes` array (best of `reps`; the array is touched first).
-double measure_read_gbs(int n_threads, size_t bytes, int reps);
+// Read GB/s on `n_threads` threads over a `bytes` array, each thread summing its own contiguous share (as a decode
+// GEMM's thread streams its own weight panels). The array is first touched by the threads that read it; each of the
+// `reps` timed runs reads it `passes` times (passes > 1 for cache-resident arrays, too quick to time in one pass);
+// best of `reps`.
+double measure_read_gbs(int n_threads, size_t bytes, int reps, int passes = 1);
+
+// Data cache capacities in bytes (0: not reported). l1d and l2 are per core, l3 is the whole L3 one core sees.
+struct CacheSizes {
+  size_t l1d = 0, l2 = 0, l3 = 0;
+};
+// Reads index*/{level,type,size} under `sysfs_dir` (Linux: /sys/devices/system/cpu/cpu0/cache); a missing or
+// unreadable directory gives zeros.
+CacheSizes detect_cache_sizes(const std::string& sysfs_dir = "/sys/devices/system/cpu/cpu0/cache");
+
+// Buffer sizes of the read probes at `n_threads` threads (the whole array, over all threads); 0: the level cannot be
+// probed apart from the one above it (not reported, or too small beside it).
+//   L2: half of each thread's L2 (the rest holds code, stack and whatever the L1 evicts).
+//   L3: 4x the threads' L2s together, at most half the L3: past the L2s, so it streams from L3.
+//   DRAM: twice the L3, at least 256 MiB and at most 1 GiB.
+size_t l2_probe_bytes(const CacheSizes& caches, int n_threads);
+size_t l3_probe_bytes(const CacheSizes& caches, int n_threads);
+size_t dram_probe_bytes(const CacheSizes& caches);
+// Passes over a `bytes` probe per timed run so that one run reads at least 64 MiB: a few ms, timeable, and short
+// enough that a best-of-15 finds runs no other process interrupted (at a load average of 11 on this 2-core VM,
+// best of 5 runs of 256 MiB read the L3 at 14-18 GB/s; best of 40 runs of 64 MiB at 24-26).
+int read_probe_passes(size_t bytes);
 
 }  // namespace sqrtdk::roofs

@@ -93,8 +93,10 @@ double median_seconds(const std::function<void()>& fn, int reps, double min_seco
 }
 
 double median_seconds_cold(const std::function<void()>& fn, int reps) {
-  // 96 MiB written before each timed call: three times the 32 MiB L3, so nothing fn reads survives in any cache.
-  static AlignedBuffer<float> evict(size_t{96} << 18);
+  // Written before each timed call: twice the L3 (at least 96 MiB: 3x a 32 MiB L3 when sysfs says nothing), so
+  // nothing fn reads survives in any cache. 96 MiB fixed was a third of this VM's 300 MiB L3.
+  static AlignedBuffer<float> evict(
+      std::max(size_t{96} << 20, 2 * roofs::detect_cache_sizes().l3) / sizeof(float));
   auto flush = [] {
     for (size_t i = 0; i < evict.size(); i += 16) evict[i] = static_cast<float>(i);
   };
@@ -109,13 +111,28 @@ double median_seconds_cold(const std::function<void()>& fn, int reps) {
   return median(samples);
 }
 
-double measure_fma_peak_gflops(Isa isa, int n_threads, bool smoke) {
-  const long iterations = smoke ? 1000000 : (isa == Isa::ref ? 20000000 : 40000000);
-  return roofs::measure_fma_gflops(isa, n_threads, iterations, smoke ? 1 : 5);
+std::map<int, MachineRoofs> measure_roofs(Isa isa, const std::vector<int>& threads, bool smoke) {
+  std::map<int, MachineRoofs> out;
+  for (int t : threads) {
+    out[t] = measure_machine_roofs(isa, t, smoke);
+    std::fprintf(stderr, "roofs, %d thread(s), %s: FMA peak %.1f GFLOP/s; read DRAM %.1f, L3 %.1f, L2 %.1f GB/s (%s)\n",
+                 t, isa_name(isa), out[t].peak_gflops, out[t].dram_gbs, out[t].l3_gbs, out[t].l2_gbs,
+                 out[t].source.c_str());
+  }
+  return out;
 }
 
-double measure_read_bandwidth_gbs(int n_threads, bool smoke) {
-  return roofs::measure_read_gbs(n_threads, smoke ? (size_t{64} << 20) : (size_t{1} << 30), smoke ? 1 : 5);
+std::string pct_cell(const RoofShare& share) {
+  if (share.ok) return fmt(share.percent, 0) + "%";
+  return share.text.rfind("above", 0) == 0 ? "roof?" : "-";
+}
+
+nlohmann::json pct_json(const RoofShare& share) { return share.ok ? nlohmann::json(share.percent) : nlohmann::json(); }
+
+RoofShare share_of_read_roof(double gbs, double bytes, const MachineRoofs& roofs, ReadRoof* roof_used) {
+  const ReadRoof roof = read_roof_for(roofs, bytes);
+  if (roof_used) *roof_used = roof;
+  return share_of_roof(gbs, roof.gbs, std::string(memory_level_name(roof.level)) + " read");
 }
 
 std::string Table::str() const {
@@ -148,21 +165,18 @@ std::string fmt(double v, int precision) {
   return buf;
 }
 
-nlohmann::json machine_json() {
-  std::string cpu = "unknown";
-  std::ifstream in("/proc/cpuinfo");
-  for (std::string line; std::getline(in, line);)
-    if (line.rfind("model name", 0) == 0) {
-      cpu = line.substr(line.find(':') + 2);
-      break;
-    }
+nlohmann::json machine_json(const std::map<int, MachineRoofs>& roofs, const std::string& timing,
+                            const std::vector<int>& threads) {
+  std::vector<MachineRoofs> list;
+  for (const auto& [t, r] : roofs) list.push_back(r);
+  nlohmann::json j = nlohmann::json::parse(sqrtdk::machine_json(list, timing));
   char date[32];
   std::time_t t = std::time(nullptr);
   std::strftime(date, sizeof date, "%Y-%m-%d", std::gmtime(&t));
-  return {{"cpu", cpu},
-          {"cores", std::thread::hardware_concurrency()},
-          {"best_isa", isa_name(best_isa())},
-          {"date", date}};
+  j["threads"] = threads;
+  j["best_isa"] = isa_name(best_isa());
+  j["date"] = date;
+  return j;
 }
 
 }  // namespace sqrtdk::perf

@@ -1,5 +1,6 @@
 // Shared benchmark helpers for perf/bench_*.cpp: timing with medians, the machine's measured roofs (FMA peak per
-// ISA and thread count, DRAM read bandwidth), and output as a readable table or one JSON document (--json).
+// ISA and thread count; L2, L3 and DRAM read bandwidth), shares of a roof that are never above 100%, and output as
+// a readable table or one JSON document (--json) that records the machine, the roofs and the timing method.
 //
 // Figures are measured in the same run as the comparisons they anchor (DEVELOPERS.md: ratios measured in one run).
 #pragma once
@@ -7,12 +8,14 @@
 #include "ops/base/kernel_table.h"
 
 #include <sqrtdk/isa.h>
+#include <sqrtdk/profiler.h>
 
 #include <nlohmann/json.hpp>
 
 #include <chrono>
 #include <cstddef>
 #include <functional>
+#include <map>
 #include <span>
 #include <string>
 #include <vector>
@@ -42,10 +45,17 @@ double median_seconds_cold(const std::function<void()>& fn, int reps);
 
 double median(std::vector<double> v);
 
-// Peak FP32 FMA GFLOP/s of `isa` with `n_threads` threads (independent-accumulator FMA loop; ref: scalar FMA loop).
-double measure_fma_peak_gflops(Isa isa, int n_threads, bool smoke = false);
-// DRAM read bandwidth in GB/s with `n_threads` threads (sums a 1 GiB array; 64 MiB with smoke).
-double measure_read_bandwidth_gbs(int n_threads, bool smoke = false);
+// The roofs of `isa` at each thread count, measured now (the engine's measure_machine_roofs: FMA peak, L2, L3 and
+// DRAM read bandwidth on that many threads; a quick, rough pass with smoke). Every benchmark measures its own.
+std::map<int, MachineRoofs> measure_roofs(Isa isa, const std::vector<int>& threads, bool smoke);
+
+// A share of a roof for a table cell: "83%", "roof?" when above 100% (the roof is wrong: share_of_roof), "-" when
+// there is no roof; and for JSON: the percentage, or null when none can be given.
+std::string pct_cell(const RoofShare& share);
+nlohmann::json pct_json(const RoofShare& share);
+// The read roof for data of `bytes` re-read call after call with warm caches, and `gbs`'s share of it: the level
+// that holds the data (read_roof_for), never DRAM for data a cache holds.
+RoofShare share_of_read_roof(double gbs, double bytes, const MachineRoofs& roofs, ReadRoof* roof_used = nullptr);
 
 // One entry of an op's kernel table, as a benchmark case: the ISA to pass to the op and the kernel's name to report.
 struct KernelCase {
@@ -76,7 +86,10 @@ class Table {
 
 std::string fmt(double v, int precision = 1);
 
-// Machine description for JSON output: CPU model name, ISA, core count, date.
-nlohmann::json machine_json();
+// Machine description for JSON output: CPU model name, logical core count, best ISA, date, the thread counts run,
+// the timing method (`timing`: e.g. "wall-clock median of 7 runs, warm caches") and the roofs used (empty for a
+// benchmark that quotes none; the engine's machine_json).
+nlohmann::json machine_json(const std::map<int, MachineRoofs>& roofs, const std::string& timing,
+                            const std::vector<int>& threads);
 
 }  // namespace sqrtdk::perf

@@ -5,6 +5,7 @@
 #include <sqrtdk/profiler.h>
 
 #include "engine/src/profiler/roofs_cache.h"
+#include "ops/base/roofs.h"
 #include "tests/common/temp_dir.h"
 
 #include <cstdlib>
@@ -16,7 +17,7 @@ using profiler_detail::roofs_noise;
 
 namespace {
 
-MachineRoofs roofs(double gflops, double gbs) {
+MachineRoofs given_roofs(double gflops, double gbs) {
   MachineRoofs r;
   r.peak_gflops = gflops;
   r.dram_gbs = gbs;
@@ -27,18 +28,33 @@ MachineRoofs roofs(double gflops, double gbs) {
 
 TEST_CASE("roofs cache: only quiet measurements may be cached") {
   // Agreeing measurements on an idle machine: cacheable.
-  CHECK(roofs_noise(roofs(200, 30), roofs(195, 29), 0.1, 2, 2) == "");
-  CHECK(roofs_noise(roofs(200, 30), roofs(195, 29), -1, 2, 2) == "");  // load average unknown: not checked
+  CHECK(roofs_noise(given_roofs(200, 30), given_roofs(195, 29), 0.1, 2, 2) == "");
+  CHECK(roofs_noise(given_roofs(200, 30), given_roofs(195, 29), -1, 2, 2) == "");  // load average unknown: not checked
   // A second measurement 30% off (the machine got busy in between): refused, naming the spread.
-  const std::string spread = roofs_noise(roofs(200, 30), roofs(140, 29), 0.1, 2, 2);
+  const std::string spread = roofs_noise(given_roofs(200, 30), given_roofs(140, 29), 0.1, 2, 2);
   CHECK(spread.find("differ by 30% (FMA peak)") != std::string::npos);
-  CHECK(roofs_noise(roofs(200, 30), roofs(200, 20), 0.1, 2, 1).find("DRAM read") != std::string::npos);
+  CHECK(roofs_noise(given_roofs(200, 30), given_roofs(200, 20), 0.1, 2, 1).find("DRAM read") != std::string::npos);
   // Consistent but on a loaded machine (both measurements equally low): refused, naming the load average.
-  const std::string busy = roofs_noise(roofs(100, 15), roofs(100, 15), 5.8, 2, 2);
+  const std::string busy = roofs_noise(given_roofs(100, 15), given_roofs(100, 15), 5.8, 2, 2);
   CHECK(busy.find("load average 5.80 on 2 cores") != std::string::npos);
-  CHECK(roofs_noise(roofs(100, 15), roofs(100, 15), 0.9, 2, 1) == "");  // one thread, one core free: fine
-  CHECK(roofs_noise(roofs(100, 15), roofs(100, 15), 0.9, 2, 2) != "");  // two threads need both cores
-  CHECK(roofs_noise(roofs(0, 15), roofs(0, 15), 0.0, 2, 1) != "");     // a zero roof is never cached
+  CHECK(roofs_noise(given_roofs(100, 15), given_roofs(100, 15), 0.9, 2, 1) == "");  // one thread, one core free: fine
+  CHECK(roofs_noise(given_roofs(100, 15), given_roofs(100, 15), 0.9, 2, 2) != "");  // two threads need both cores
+  CHECK(roofs_noise(given_roofs(0, 15), given_roofs(0, 15), 0.0, 2, 1) != "");     // a zero roof is never cached
+}
+
+TEST_CASE("roofs cache: the cache-level roofs must agree too") {
+  MachineRoofs a = given_roofs(200, 30), b = given_roofs(200, 30);
+  a.l3_gbs = 100;
+  b.l3_gbs = 98;
+  a.l2_gbs = b.l2_gbs = 300;
+  CHECK(roofs_noise(a, b, 0.1, 2, 2) == "");
+  b.l3_gbs = 60;  // the L3 probe caught a busy moment
+  CHECK(roofs_noise(a, b, 0.1, 2, 2).find("40% (L3 read)") != std::string::npos);
+  b.l3_gbs = 98;
+  b.l2_gbs = 0;  // measured once, not the other time
+  CHECK(roofs_noise(a, b, 0.1, 2, 2).find("(L2 read)") != std::string::npos);
+  a.l2_gbs = a.l3_gbs = b.l3_gbs = 0;  // a level neither measured (no L3 on this machine) is not noise
+  CHECK(roofs_noise(a, b, 0.1, 2, 2) == "");
 }
 
 TEST_CASE("roofs cache: the source says whether the roofs came from the cache and why they were not cached") {
@@ -51,6 +67,12 @@ TEST_CASE("roofs cache: the source says whether the roofs came from the cache an
   CHECK(said);  // nothing cached: it measured, and said so first
   CHECK(first.peak_gflops > 0);
   CHECK(first.dram_gbs > 0);
+  // The cache levels are measured on the same thread count wherever the machine's caches allow a probe.
+  const roofs::CacheSizes caches = roofs::detect_cache_sizes();
+  CHECK(first.l2_bytes == caches.l2);
+  CHECK(first.l3_bytes == caches.l3);
+  CHECK((first.l2_gbs > 0) == (roofs::l2_probe_bytes(caches, 1) > 0));
+  CHECK((first.l3_gbs > 0) == (roofs::l3_probe_bytes(caches, 1) > 0));
   const std::filesystem::path file = dir.path() / "sqrtdk" / "roofs.json";
   const bool cached = first.source.rfind("measured (cached in ", 0) == 0;
   CAPTURE(first.source);
@@ -62,6 +84,9 @@ TEST_CASE("roofs cache: the source says whether the roofs came from the cache an
     CHECK_FALSE(said);
     CHECK(second.source.rfind("cache " + file.string() + " (measured ", 0) == 0);
     CHECK(second.peak_gflops == first.peak_gflops);
+    CHECK(second.l3_gbs == first.l3_gbs);
+    CHECK(second.l2_gbs == first.l2_gbs);
+    CHECK(second.l2_bytes == first.l2_bytes);
   } else {
     CHECK(said);
   }

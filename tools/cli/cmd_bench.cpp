@@ -1,7 +1,10 @@
 // sqrtdk bench: prefill and decode throughput, load time and peak RSS, each beside its roofline.
 //
-// Rooflines: prefill tokens/s ≤ FMA peak ÷ FLOPs per token; decode tokens/s ≤ DRAM bandwidth ÷ bytes read per
-// token (all packed weights + the KV cache read at that position). Medians of --reps runs.
+// Rooflines: prefill tokens/s ≤ FMA peak ÷ FLOPs per token; decode tokens/s ≤ read bandwidth ÷ bytes per token
+// (decode_bytes_per_token, models/family.h: the weights the forward reads, one embedding row, the KV cache read and
+// written at each position), the bandwidth being that of the memory level the bytes per token fit in (L2, L3 or
+// DRAM, measured on the same thread count: read_roof_for). A figure above 100% is not printed: the roof is wrong.
+// Wall-clock medians of --reps runs after a warm-up run (warm caches).
 #include "tools/cli/cli_util.h"
 #include "tools/cli/commands.h"
 
@@ -14,6 +17,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <sstream>
 
@@ -60,11 +64,20 @@ double flops_per_token(const ModelConfig& c, size_t pos) {
 
 struct Row {
   int threads = 1;
+  MachineRoofs roofs;
   std::vector<std::pair<size_t, double>> prefill;  // (tokens, tokens/s)
-  std::vector<double> prefill_roof_pct;
-  double decode_tps = 0, decode_roof_pct = 0, decode_roof_tps = 0;
+  std::vector<RoofShare> prefill_share;            // of the FMA-peak roof
+  double decode_tps = 0, decode_roof_tps = 0;
+  ReadRoof decode_roof;
+  RoofShare decode_share;
   double decode_tps_profiled = 0;  // with a Profiler attached (--profiler-overhead), else 0
 };
+
+// "45%", or "roof?" when the share is above 100% (the roof is wrong: share_of_roof), "-" when there is no roof.
+std::string pct_cell(const RoofShare& share) {
+  if (share.ok) return std::to_string(static_cast<int>(std::lround(share.percent))) + "%";
+  return share.text.rfind("above", 0) == 0 ? "roof?" : "-";
+}
 
 void run(const BenchArgs& a) {
   const auto t_load = std::chrono::steady_clock::now();
@@ -105,6 +118,16 @@ void run(const BenchArgs& a) {
                                                          " but the model's max_seq is " + std::to_string(c.max_seq));
   const auto tokens = synthetic_tokens(c, longest);
   const double weight_bytes = static_cast<double>(model->packed_bytes());
+  // Bytes moved by the whole decode run, position by position; per token = run / decode.
+  DecodeBytes decode_bytes;
+  for (size_t pos = decode_prompt; pos < decode_prompt + decode; ++pos) {
+    const DecodeBytes b = decode_bytes_per_token(c, pos);
+    decode_bytes.weights += b.weights / decode;
+    decode_bytes.embedding += b.embedding / decode;
+    decode_bytes.kv_read += b.kv_read / decode;
+    decode_bytes.kv_written += b.kv_written / decode;
+  }
+  const double bytes_per_token = decode_bytes.total();
 
   std::vector<Row> rows;
   nlohmann::json jrows = nlohmann::json::array();
@@ -128,6 +151,7 @@ void run(const BenchArgs& a) {
     if (!reset_peak_rss()) peak_before_roofs = 0;  // cannot reset: report the plain peak
     Row row;
     row.threads = static_cast<int>(t);
+    row.roofs = roofs;
     for (uint32_t n : prefill_list) {
       std::vector<double> tps;
       for (int r = 0; r <= a.reps; ++r) {  // rep 0 is the warm-up
@@ -142,7 +166,7 @@ void run(const BenchArgs& a) {
       flops -= (n - 1) * lm_head_flops(c);  // logits of the last position only
       const double roof_tps = roofs.peak_gflops * 1e9 / (flops / n);
       row.prefill.emplace_back(n, median(tps));
-      row.prefill_roof_pct.push_back(100.0 * median(tps) / roof_tps);
+      row.prefill_share.push_back(share_of_roof(median(tps), roof_tps, "FMA peak"));
     }
     std::vector<double> tps, tps_profiled;
     auto decode_run = [&](Profiler* prof) {
@@ -167,32 +191,51 @@ void run(const BenchArgs& a) {
       progress.update(++step);
     }
     if (a.profiler_overhead) row.decode_tps_profiled = median(tps_profiled);
-    // Bytes per decoded token: every packed weight once + K and V of the mean cache length.
-    const double mean_keys = decode_prompt + 0.5 * decode;
-    const double bytes_per_token =
-        weight_bytes + 2.0 * c.n_layers * c.n_kv_heads * c.head_dim * mean_keys * sizeof(float);
+    // Each decode step re-reads all it touched the step before: the bytes per token are the working set, and the
+    // level they fit in is where decode reads from (a model that fits in L3 decodes from L3, not DRAM).
     row.decode_tps = median(tps);
-    row.decode_roof_tps = roofs.dram_gbs * 1e9 / bytes_per_token;
-    row.decode_roof_pct = 100.0 * row.decode_tps / row.decode_roof_tps;
+    row.decode_roof = read_roof_for(roofs, bytes_per_token);
+    row.decode_roof_tps = row.decode_roof.gbs * 1e9 / bytes_per_token;
+    row.decode_share = share_of_roof(row.decode_tps, row.decode_roof_tps,
+                                     std::string(memory_level_name(row.decode_roof.level)) + " read");
+    auto pct_json = [](const RoofShare& r) { return r.ok ? nlohmann::json(r.percent) : nlohmann::json(nullptr); };
     nlohmann::json jr = {{"threads", t}, {"decode_tokens_per_s", row.decode_tps},
-                         {"decode_ms_per_token", 1e3 / row.decode_tps}, {"decode_roof_tokens_per_s", row.decode_roof_tps},
-                         {"decode_pct_of_roofline", row.decode_roof_pct}, {"peak_gflops", roofs.peak_gflops},
-                         {"dram_gbs", roofs.dram_gbs}, {"roofs_source", roofs.source}};
+                         {"decode_ms_per_token", 1e3 / row.decode_tps},
+                         {"decode_read_roof", memory_level_name(row.decode_roof.level)},
+                         {"decode_read_roof_gbs", row.decode_roof.gbs},
+                         {"decode_roof_tokens_per_s", row.decode_roof_tps},
+                         {"decode_pct_of_roofline", pct_json(row.decode_share)},
+                         {"decode_roof_note", row.decode_share.text}, {"peak_gflops", roofs.peak_gflops},
+                         {"dram_gbs", roofs.dram_gbs}, {"l3_gbs", roofs.l3_gbs}, {"l2_gbs", roofs.l2_gbs},
+                         {"roofs_source", roofs.source}};
     if (a.profiler_overhead) {
       jr["decode_tokens_per_s_profiler_on"] = row.decode_tps_profiled;
       jr["profiler_overhead_pct"] = 100.0 * (1.0 - row.decode_tps_profiled / row.decode_tps);
     }
     for (size_t i = 0; i < row.prefill.size(); ++i)
       jr["prefill"].push_back({{"tokens", row.prefill[i].first}, {"tokens_per_s", row.prefill[i].second},
-                               {"pct_of_roofline", row.prefill_roof_pct[i]}});
+                               {"pct_of_roofline", pct_json(row.prefill_share[i])},
+                               {"roof_note", row.prefill_share[i].text}});
     jrows.push_back(jr);
     rows.push_back(row);
   }
   const double rss_mb = std::max(peak_before_roofs, peak_rss_bytes()) / 1048576.0;
   const double model_mb = weight_bytes / 1048576.0, kv_mb = kv_bytes / 1048576.0, scratch_mb = scratch_bytes / 1048576.0;
 
+  const std::string timing = "wall-clock median of " + std::to_string(a.reps) +
+                             " runs after one warm-up run; warm caches (the weights stay in whatever cache holds "
+                             "them between runs); roofs " + (a.cached_roofs ? "from the per-machine cache" :
+                                                             "measured in this run") + ", per thread count";
+  std::vector<MachineRoofs> all_roofs;
+  for (const Row& r : rows) all_roofs.push_back(r.roofs);
   if (a.json) {
-    nlohmann::json j = {{"model", model->path()}, {"arch", arch_name(c.arch)}, {"n_params", model->n_params()},
+    nlohmann::json j = {{"machine", nlohmann::json::parse(machine_json(all_roofs, timing))},
+                        {"decode_bytes_per_token", {{"weights", decode_bytes.weights},
+                                                    {"embedding_rows", decode_bytes.embedding},
+                                                    {"kv_read", decode_bytes.kv_read},
+                                                    {"kv_written", decode_bytes.kv_written},
+                                                    {"total", bytes_per_token}}},
+                        {"model", model->path()}, {"arch", arch_name(c.arch)}, {"n_params", model->n_params()},
                         {"isa", isa_name(model->isa())}, {"load_seconds", load_seconds}, {"peak_rss_mb", rss_mb},
                         {"packed_weights_mb", model_mb}, {"session_scratch_mb", scratch_mb}, {"kv_cache_mb", kv_mb},
                         {"decode_prompt", decode_prompt}, {"decode_tokens", decode}, {"reps", a.reps},
@@ -201,12 +244,19 @@ void run(const BenchArgs& a) {
     return;
   }
   if (a.csv) {
-    std::printf("threads,kind,tokens,tokens_per_s,pct_of_roofline\n");
+    // pct_of_roofline is empty where no share can be given (above the roof, or no roof measured); roof names it.
+    auto pct = [](const RoofShare& r) {
+      char buf[32] = "";
+      if (r.ok) std::snprintf(buf, sizeof buf, "%.1f", r.percent);
+      return std::string(buf);
+    };
+    std::printf("threads,kind,tokens,tokens_per_s,pct_of_roofline,roof\n");
     for (const Row& r : rows) {
       for (size_t i = 0; i < r.prefill.size(); ++i)
-        std::printf("%d,prefill,%zu,%.2f,%.1f\n", r.threads, r.prefill[i].first, r.prefill[i].second,
-                    r.prefill_roof_pct[i]);
-      std::printf("%d,decode,%zu,%.2f,%.1f\n", r.threads, decode, r.decode_tps, r.decode_roof_pct);
+        std::printf("%d,prefill,%zu,%.2f,%s,FMA peak\n", r.threads, r.prefill[i].first, r.prefill[i].second,
+                    pct(r.prefill_share[i]).c_str());
+      std::printf("%d,decode,%zu,%.2f,%s,%s read\n", r.threads, decode, r.decode_tps, pct(r.decode_share).c_str(),
+                  memory_level_name(r.decode_roof.level));
     }
     return;
   }
@@ -227,16 +277,29 @@ void run(const BenchArgs& a) {
   for (const Row& r : rows) {
     std::printf("| %d |", r.threads);
     for (size_t i = 0; i < r.prefill.size(); ++i)
-      std::printf(" %.1f (%.0f%%) |", r.prefill[i].second, r.prefill_roof_pct[i]);
-    std::printf(" %.1f (%.0f%%) | %.2f |\n", r.decode_tps, r.decode_roof_pct, 1e3 / r.decode_tps);
+      std::printf(" %.1f (%s) |", r.prefill[i].second, pct_cell(r.prefill_share[i]).c_str());
+    std::printf(" %.1f (%s) | %.2f |\n", r.decode_tps, pct_cell(r.decode_share).c_str(), 1e3 / r.decode_tps);
+  }
+  std::printf("\ndecode bytes per token (mean over the run): %.2f MiB = weights %.2f + embedding rows %.4f + KV read "
+              "%.3f + KV written %.4f\n", bytes_per_token / 1048576.0, decode_bytes.weights / 1048576.0,
+              decode_bytes.embedding / 1048576.0, decode_bytes.kv_read / 1048576.0,
+              decode_bytes.kv_written / 1048576.0);
+  for (const Row& r : rows) {
+    std::printf("threads %d: decode roof = %s read %.1f GB/s (%.2f MiB per token fits in %s) -> %.1f tok/s: %s",
+                r.threads, memory_level_name(r.decode_roof.level), r.decode_roof.gbs, bytes_per_token / 1048576.0,
+                memory_level_name(r.decode_roof.level), r.decode_roof_tps, r.decode_share.text.c_str());
+    std::printf("; FMA peak %.1f GFLOP/s; roofs %s\n", r.roofs.peak_gflops, r.roofs.source.c_str());
+    for (size_t i = 0; i < r.prefill.size(); ++i)
+      if (!r.prefill_share[i].ok)
+        std::printf("threads %d: prefill %zu: %s\n", r.threads, r.prefill[i].first, r.prefill_share[i].text.c_str());
   }
   for (const Row& r : rows)
     if (a.profiler_overhead)
       std::printf("\nthreads %d: decode with the profiler on %.1f tok/s: overhead %.1f%% (medians, runs interleaved)",
                   r.threads, r.decode_tps_profiled, 100.0 * (1.0 - r.decode_tps_profiled / r.decode_tps));
-  std::printf("\ndecode: %zu tokens after a %zu-token prompt; medians of %d runs; roofline = FMA peak / FLOPs per "
-              "token (prefill), DRAM bandwidth / bytes per token (decode)\n",
-              decode, decode_prompt, a.reps);
+  std::printf("\ndecode: %zu tokens after a %zu-token prompt; %s; roofline = FMA peak / FLOPs per token "
+              "(prefill), read bandwidth of the level the bytes per token fit in / bytes per token (decode)\n",
+              decode, decode_prompt, timing.c_str());
 }
 
 }  // namespace

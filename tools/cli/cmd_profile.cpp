@@ -18,7 +18,7 @@ struct ProfileArgs {
   size_t decode = 32;
   std::string trace, roofline;
   bool json = false, by_layer = false, quiet = false, recalibrate = false;
-  double peak_gflops = 0, dram_gbs = 0;
+  double peak_gflops = 0, dram_gbs = 0, l3_gbs = 0, l2_gbs = 0;
   bool lengths_given = false;  // --prefill or --decode given: no clamping to the context
 };
 
@@ -46,7 +46,16 @@ void run(const ProfileArgs& a) {
                                                          std::to_string(session.max_context()));
   MachineRoofs roofs;
   if (a.peak_gflops > 0 && a.dram_gbs > 0) {
-    roofs = {model->isa(), session.n_threads(), a.peak_gflops, a.dram_gbs, "given"};
+    roofs.isa = model->isa();
+    roofs.n_threads = session.n_threads();
+    roofs.peak_gflops = a.peak_gflops;
+    roofs.dram_gbs = a.dram_gbs;
+    roofs.l3_gbs = a.l3_gbs;
+    roofs.l2_gbs = a.l2_gbs;
+    // The cache sizes still come from the machine: a cache-resident model is then told its level has no roof
+    // given, not compared with DRAM.
+    detect_cache_sizes(roofs);
+    roofs.source = "given";
   } else {
     // Said only when it measures: a cache hit is instant, and the roofs line below names the source.
     auto say = [&] {
@@ -92,8 +101,12 @@ void run(const ProfileArgs& a) {
   std::printf("model %s: %s, %u layers, d_model %u, %.2f M params, ISA %s, %d threads\n", model->path().c_str(),
               arch_name(c.arch), c.n_layers, c.d_model, model->n_params() / 1e6, isa_name(model->isa()),
               session.n_threads());
-  std::printf("roofs (%s): FMA peak %.1f GFLOP/s, DRAM read %.1f GB/s, ridge point %.1f FLOP/byte\n",
-              roofs.source.c_str(), roofs.peak_gflops, roofs.dram_gbs, roofs.ridge_point());
+  std::printf("roofs (%s), %d threads: FMA peak %.1f GFLOP/s; read DRAM %.1f, L3 %.1f, L2 %.1f GB/s (0: not "
+              "measured); caches L1d %zu KiB and L2 %zu KiB per core, L3 %zu MiB\n",
+              roofs.source.c_str(), roofs.n_threads, roofs.peak_gflops, roofs.dram_gbs, roofs.l3_gbs, roofs.l2_gbs,
+              roofs.l1d_bytes >> 10, roofs.l2_bytes >> 10, roofs.l3_bytes >> 20);
+  std::printf("each phase is set against the read roof of the level its working set (bytes per step) fits in; "
+              "bound: compute or memory by intensity vs that roof's ridge point, overhead under 10%% of the roofline\n");
   hw_counters_note();
   for (const char* phase : {"prefill", "decode"}) {
     const double secs = prof.phase_seconds(phase);
@@ -134,6 +147,9 @@ void add_profile_command(CLI::App& app) {
   cmd->add_option("--roofline", a->roofline, "write the roofline picture (SVG) here");
   cmd->add_option("--peak-gflops", a->peak_gflops, "FMA peak to use instead of measuring");
   cmd->add_option("--bandwidth-gbs", a->dram_gbs, "DRAM read bandwidth to use instead of measuring");
+  cmd->add_option("--l3-gbs", a->l3_gbs, "with --peak-gflops and --bandwidth-gbs: the L3-resident read bandwidth");
+  cmd->add_option("--l2-gbs", a->l2_gbs, "with --peak-gflops and --bandwidth-gbs: the L2-resident read bandwidth "
+                                         "(of the threads' L2s together)");
   cmd->add_flag("--recalibrate", a->recalibrate, "measure the roofs now (e.g. the cache was made on a busy machine)");
   cmd->add_flag("--by-layer", a->by_layer, "also print every (layer, op)");
   cmd->add_flag("--json", a->json, "print JSON");

@@ -8,13 +8,15 @@
 //   write(prof.chrome_trace()); write(prof.roofline_svg());
 //
 // Each op reports FLOPs and bytes moved (see models/runtime/executor.cpp); the profiler adds the time and derives
-// GFLOP/s, GB/s, % of the measured FMA peak and DRAM bandwidth, and whether the op's arithmetic intensity
-// (FLOPs per byte) puts it under the compute roof or the bandwidth slope. Off (no observer set) it costs nothing.
+// GFLOP/s, GB/s, % of the measured FMA peak and of the read roof of the memory level the phase's working set fits in
+// (L2, L3 or DRAM: read_roof_for), and whether the op's arithmetic intensity (FLOPs per byte) puts it under the
+// compute roof or that level's bandwidth slope, or far below both (overhead). Off (no observer set) it costs nothing.
 #pragma once
 
 #include <sqrtdk/isa.h>
 #include <sqrtdk/session.h>
 
+#include <cstddef>
 #include <functional>
 #include <string>
 #include <vector>
@@ -25,14 +27,21 @@ namespace sqrtdk {
 struct MachineRoofs {
   Isa isa = Isa::ref;
   int n_threads = 1;
-  double peak_gflops = 0;   // FP32 FMA peak (independent-accumulator FMA loop)
-  double dram_gbs = 0;      // DRAM read bandwidth (streaming sum over 256 MiB)
-  std::string source;       // "measured", "cache <path>", or "given"
-  double ridge_point() const { return dram_gbs > 0 ? peak_gflops / dram_gbs : 0; }  // FLOPs/byte
+  double peak_gflops = 0;  // FP32 FMA peak (independent-accumulator FMA loop)
+  double dram_gbs = 0;     // DRAM read bandwidth (streaming sum over max(256 MiB, 2x L3), at most 1 GiB)
+  double l3_gbs = 0;       // L3-resident read bandwidth (0: not measured: no L3, or too small beside the L2s)
+  double l2_gbs = 0;       // L2-resident read bandwidth, the threads' L2s together (0: not measured)
+  // Cache capacities (sysfs, cpu0): per core for L1d and L2, the whole L3. What a working set is compared with.
+  size_t l1d_bytes = 0, l2_bytes = 0, l3_bytes = 0;
+  std::string source;  // "measured", "cache <path>", or "given"
+  double ridge_point() const { return dram_gbs > 0 ? peak_gflops / dram_gbs : 0; }  // FLOPs/byte, DRAM slope
 };
 
-// Measures the roofs now (about half a second).
-MachineRoofs measure_machine_roofs(Isa isa, int n_threads);
+// Measures the roofs now (about a second: the FMA peak, then reads from L2, L3 and DRAM on n_threads threads).
+// quick: a few milliseconds for smoke runs (CI), figures too rough to be roofs (`source` says so).
+MachineRoofs measure_machine_roofs(Isa isa, int n_threads, bool quick = false);
+// Sets roofs' l1d_bytes, l2_bytes and l3_bytes from sysfs (cpu0; 0 where not reported). For roofs given by hand.
+void detect_cache_sizes(MachineRoofs& roofs);
 // Reads the roofs from the per-machine cache ($XDG_CACHE_HOME or ~/.cache)/sqrtdk/roofs.json, keyed by CPU model,
 // ISA and thread count; when absent, calls before_measuring (if given: e.g. to say "calibrating"), measures them
 // twice and stores the better of each figure, but only if the machine was quiet: the two measurements agree
@@ -41,6 +50,34 @@ MachineRoofs measure_machine_roofs(Isa isa, int n_threads);
 //   "cache <path> (measured <when>, ...)", "measured (cached in <path>)", "measured (not cached: <why>)".
 // A cache that cannot be written is only skipped.
 MachineRoofs cached_machine_roofs(Isa isa, int n_threads, const std::function<void()>& before_measuring = {});
+
+// Which memory a working set streams from, and that level's read roof.
+enum class MemoryLevel { l1, l2, l3, dram };
+const char* memory_level_name(MemoryLevel level);  // "L1", "L2", "L3", "DRAM"
+struct ReadRoof {
+  MemoryLevel level = MemoryLevel::dram;
+  double gbs = 0;  // 0: no roof measured for that level (L1 never is): no percentage can be given
+  double ridge_point(double peak_gflops) const { return gbs > 0 ? peak_gflops / gbs : 0; }
+};
+// The roof for data re-read every `working_set_bytes` of traffic (a decode step re-reads the whole model): the
+// smallest level that holds it (L1d and L2 counted over the roofs' threads, each thread keeping its share), else
+// DRAM. Capacities not reported count as 0. A set that only just fits may still spill: the faster roof is then the
+// looser bound, never a wrong one.
+ReadRoof read_roof_for(const MachineRoofs& roofs, double working_set_bytes);
+
+// How `achieved` compares with `roof`: a percentage only when it is at most 100%. Above the roof the roof is wrong
+// (under-measured, or the data came from a faster level than assumed) and no percentage is given.
+struct RoofShare {
+  double percent = 0;  // valid only when `ok`
+  bool ok = false;
+  std::string text;  // "83% of the L3 roof", "above the L3 roof: roof under-measured?", "no L1 roof measured"
+};
+RoofShare share_of_roof(double achieved, double roof, const std::string& roof_name);
+
+// The machine record every --json output carries, as one JSON object: the CPU model, logical core count, the
+// timing method (`timing`, e.g. "wall-clock median of 5 runs, warm caches") and each roof set used (threads, ISA,
+// FMA peak, DRAM/L3/L2 read GB/s, cache sizes, and where they came from: measured now or the cache).
+std::string machine_json(const std::vector<MachineRoofs>& roofs, const std::string& timing);
 
 struct OpStats {
   std::string phase;  // "prefill", "decode", ...
@@ -74,15 +111,22 @@ class Profiler {
   double phase_seconds(const std::string& phase) const;           // sum of op times
   size_t phase_steps(const std::string& phase) const;
 
-  // The per-op table: calls, total and mean time, share, GFLOP/s, GB/s, % of peak / bandwidth, bound.
+  // Bytes one forward call of the phase touches (the op bytes summed over the phase, per step): what must stay
+  // resident between steps, so what decides the read roof of the phase's ops.
+  double working_set_bytes(const std::string& phase) const;
+  ReadRoof phase_roof(const std::string& phase) const { return read_roof_for(roofs_, working_set_bytes(phase)); }
+  // The per-op table: calls, total and mean time, share, GFLOP/s, GB/s, % of peak / of the phase's read roof, bound.
   std::string table(const std::string& phase) const;
   std::string json() const;          // every aggregate and the roofs, one JSON document
   std::string chrome_trace() const;  // trace-event JSON: opens in Perfetto / chrome://tracing
   std::string roofline_svg() const;  // the roofline: compute roof, bandwidth slope, one point per op and phase
 
   const MachineRoofs& roofs() const { return roofs_; }
-  // "compute" when intensity is above the ridge point, else "memory".
-  const char* bound(const OpStats& s) const;
+  // What limits the op, against `roof` (the phase's: phase_roof): "overhead" when it reaches under a tenth of
+  // what the roofline allows at its intensity (neither roof explains its time: call and thread overheads,
+  // latency), else "compute" at or above the roof's ridge point, else "<level> bandwidth" ("L3 bandwidth"), or
+  // "no L1 roof" when the level has no measured read roof.
+  std::string bound(const OpStats& s, const ReadRoof& roof) const;
 
  private:
   struct Event {

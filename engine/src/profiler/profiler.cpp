@@ -45,16 +45,85 @@ std::string fmt(const char* f, double v) {
 
 }  // namespace
 
-MachineRoofs measure_machine_roofs(Isa isa, int n_threads) {
+MachineRoofs measure_machine_roofs(Isa isa, int n_threads, bool quick) {
   MachineRoofs r;
   r.isa = isa;
   r.n_threads = n_threads;
+  const roofs::CacheSizes caches = roofs::detect_cache_sizes();
+  detect_cache_sizes(r);
   // Best of 5 runs of ~60 ms of FMAs (shorter runs read ~10% low, and a single VM hiccup inside a best-of-3 of
-  // 15 ms runs once halved the 2-thread roof in `sqrtdk bench`), and a 256 MiB read (well past the 32 MiB L3).
-  r.peak_gflops = roofs::measure_fma_gflops(isa, n_threads, isa == Isa::ref ? 5000000 : 40000000, 5);
-  r.dram_gbs = roofs::measure_read_gbs(n_threads, size_t{256} << 20, 3);
-  r.source = "measured";
+  // 15 ms runs once halved the 2-thread roof in `sqrtdk bench`).
+  const long iterations = quick ? 1000000 : isa == Isa::ref ? 5000000 : 40000000;
+  r.peak_gflops = roofs::measure_fma_gflops(isa, n_threads, iterations, quick ? 1 : 5);
+  // Every read probe on the same n_threads threads as the engine will run, each thread streaming its own share.
+  // The DRAM probe is twice the L3 (the 256 MiB it used to be is inside this VM's 300 MiB L3).
+  const int reps = quick ? 1 : 3;
+  const size_t dram = quick ? size_t{64} << 20 : roofs::dram_probe_bytes(caches);
+  r.dram_gbs = roofs::measure_read_gbs(n_threads, dram, reps);
+  // The cache probes' runs are a few ms each: many of them, so the best is one no other process interrupted.
+  const int cache_reps = quick ? 1 : 15;
+  if (const size_t l3 = roofs::l3_probe_bytes(caches, n_threads))
+    r.l3_gbs = roofs::measure_read_gbs(n_threads, l3, cache_reps, quick ? 1 : roofs::read_probe_passes(l3));
+  if (const size_t l2 = roofs::l2_probe_bytes(caches, n_threads))
+    r.l2_gbs = roofs::measure_read_gbs(n_threads, l2, cache_reps, quick ? 1 : roofs::read_probe_passes(l2));
+  r.source = quick ? "measured (quick: a smoke run, not a roof)" : "measured";
   return r;
+}
+
+void detect_cache_sizes(MachineRoofs& roofs) {
+  const roofs::CacheSizes caches = roofs::detect_cache_sizes();
+  roofs.l1d_bytes = caches.l1d;
+  roofs.l2_bytes = caches.l2;
+  roofs.l3_bytes = caches.l3;
+}
+
+const char* memory_level_name(MemoryLevel level) {
+  switch (level) {
+    case MemoryLevel::l1: return "L1";
+    case MemoryLevel::l2: return "L2";
+    case MemoryLevel::l3: return "L3";
+    case MemoryLevel::dram: return "DRAM";
+  }
+  return "?";
+}
+
+ReadRoof read_roof_for(const MachineRoofs& roofs, double working_set_bytes) {
+  const double threads = std::max(1, roofs.n_threads);
+  if (working_set_bytes <= threads * static_cast<double>(roofs.l1d_bytes)) return {MemoryLevel::l1, 0};
+  if (working_set_bytes <= threads * static_cast<double>(roofs.l2_bytes)) return {MemoryLevel::l2, roofs.l2_gbs};
+  if (working_set_bytes <= static_cast<double>(roofs.l3_bytes)) return {MemoryLevel::l3, roofs.l3_gbs};
+  return {MemoryLevel::dram, roofs.dram_gbs};
+}
+
+RoofShare share_of_roof(double achieved, double roof, const std::string& roof_name) {
+  RoofShare share;
+  if (!(roof > 0)) {
+    share.text = "no " + roof_name + " roof measured";
+    return share;
+  }
+  const double percent = 100.0 * achieved / roof;
+  // Printed with no decimals: 100.4% reads "100%", still not above the roof.
+  if (percent >= 100.5) {
+    share.text = "above the " + roof_name + " roof: roof under-measured?";
+    return share;
+  }
+  share.ok = true;
+  share.percent = percent;
+  share.text = fmt("%.0f", percent) + "% of the " + roof_name + " roof";
+  return share;
+}
+
+std::string machine_json(const std::vector<MachineRoofs>& roofs, const std::string& timing) {
+  nlohmann::json j = {{"cpu", cpu_model()},
+                      {"logical_cores", std::max(1u, std::thread::hardware_concurrency())},
+                      {"timing", timing},
+                      {"roofs", nlohmann::json::array()}};
+  for (const MachineRoofs& r : roofs)
+    j["roofs"].push_back({{"threads", r.n_threads}, {"isa", isa_name(r.isa)}, {"fma_peak_gflops", r.peak_gflops},
+                          {"dram_read_gbs", r.dram_gbs}, {"l3_read_gbs", r.l3_gbs}, {"l2_read_gbs", r.l2_gbs},
+                          {"l1d_bytes_per_core", r.l1d_bytes}, {"l2_bytes_per_core", r.l2_bytes},
+                          {"l3_bytes", r.l3_bytes}, {"source", r.source}});
+  return j.dump();
 }
 
 namespace profiler_detail {
@@ -63,10 +132,16 @@ std::string roofs_noise(const MachineRoofs& a, const MachineRoofs& b, double loa
                         int n_threads) {
   auto spread = [](double x, double y) { return std::max(x, y) > 0 ? std::fabs(x - y) / std::max(x, y) : 1.0; };
   const double peak = spread(a.peak_gflops, b.peak_gflops), dram = spread(a.dram_gbs, b.dram_gbs);
+  // A cache level neither measurement has (0 and 0) is not noise; one that only one of them has is.
+  auto level = [&](double x, double y) { return x == 0 && y == 0 ? 0.0 : spread(x, y); };
+  const double l3 = level(a.l3_gbs, b.l3_gbs), l2 = level(a.l2_gbs, b.l2_gbs);
   std::string why;
   if (peak > 0.10 || dram > 0.10)
     why = "two measurements differ by " + fmt("%.0f", 100 * peak) + "% (FMA peak) and " + fmt("%.0f", 100 * dram) +
           "% (DRAM read)";
+  if (l3 > 0.10 || l2 > 0.10)
+    why += std::string(why.empty() ? "two measurements differ by " : "; by ") + fmt("%.0f", 100 * l3) +
+           "% (L3 read) and " + fmt("%.0f", 100 * l2) + "% (L2 read)";
   if (load_average >= 0 && n_cores - load_average < n_threads - 0.25)
     why += std::string(why.empty() ? "" : "; ") + "load average " + fmt("%.2f", load_average) + " on " +
            std::to_string(n_cores) + " cores leaves fewer than " + std::to_string(n_threads) + " free";
@@ -103,9 +178,10 @@ MachineRoofs cached_machine_roofs(Isa isa, int n_threads, const std::function<vo
   else if (const char* h = std::getenv("HOME"); h && h[0])
     dir = fs::path(h) / ".cache" / "sqrtdk";
   const fs::path file = dir / "roofs.json";
-  // "v3": entries written before the quiet-machine rule (v2 and older: possibly measured on a busy machine, and
-  // before v2 with an FMA loop GCC had merged, reading ~25% high) are ignored and re-measured.
-  const std::string key = "v3|" + cpu_model() + "|" + isa_name(isa) + "|" + std::to_string(n_threads);
+  // "v4": entries without the cache-level roofs, or with the DRAM probe inside a large L3 (v3), before the
+  // quiet-machine rule (v2 and older: possibly measured on a busy machine, and before v2 with an FMA loop GCC had
+  // merged, reading ~25% high) are ignored and re-measured.
+  const std::string key = "v4|" + cpu_model() + "|" + isa_name(isa) + "|" + std::to_string(n_threads);
   nlohmann::json cache = nlohmann::json::object();
   if (!dir.empty()) {
     std::ifstream in(file);
@@ -119,6 +195,11 @@ MachineRoofs cached_machine_roofs(Isa isa, int n_threads, const std::function<vo
           r.n_threads = n_threads;
           r.peak_gflops = e.at("peak_gflops").get<double>();
           r.dram_gbs = e.at("dram_gbs").get<double>();
+          r.l3_gbs = e.at("l3_gbs").get<double>();
+          r.l2_gbs = e.at("l2_gbs").get<double>();
+          r.l1d_bytes = e.at("l1d_bytes").get<size_t>();
+          r.l2_bytes = e.at("l2_bytes").get<size_t>();
+          r.l3_bytes = e.at("l3_bytes").get<size_t>();
           r.source = "cache " + file.string();
           r.source += " (measured " + e.value("measured_at", std::string("at an unknown time")) +
                       ", load average " + fmt("%.2f", e.value("load_average", -1.0)) + ")";
@@ -142,14 +223,17 @@ MachineRoofs cached_machine_roofs(Isa isa, int n_threads, const std::function<vo
   const std::string noise = profiler_detail::roofs_noise(r, again, load_average, n_cores, n_threads);
   r.peak_gflops = std::max(r.peak_gflops, again.peak_gflops);
   r.dram_gbs = std::max(r.dram_gbs, again.dram_gbs);
+  r.l3_gbs = std::max(r.l3_gbs, again.l3_gbs);
+  r.l2_gbs = std::max(r.l2_gbs, again.l2_gbs);
   if (!noise.empty()) {
     r.source = "measured (not cached: " + noise + ")";
     return r;
   }
   std::error_code ec;
   fs::create_directories(dir, ec);
-  cache[key] = {{"peak_gflops", r.peak_gflops}, {"dram_gbs", r.dram_gbs}, {"measured_at", utc_now()},
-                {"load_average", load_average}};
+  cache[key] = {{"peak_gflops", r.peak_gflops}, {"dram_gbs", r.dram_gbs}, {"l3_gbs", r.l3_gbs},
+                {"l2_gbs", r.l2_gbs}, {"l1d_bytes", r.l1d_bytes}, {"l2_bytes", r.l2_bytes},
+                {"l3_bytes", r.l3_bytes}, {"measured_at", utc_now()}, {"load_average", load_average}};
   const fs::path tmp = file.string() + ".tmp" + std::to_string(::getpid());
   std::ofstream out(tmp);
   if (out << cache.dump(2) && out.flush()) fs::rename(tmp, file, ec);
@@ -242,48 +326,102 @@ size_t Profiler::phase_steps(const std::string& phase) const {
   return n;
 }
 
-const char* Profiler::bound(const OpStats& s) const {
-  if (s.flops == 0) return "memory";
-  return s.intensity() >= roofs_.ridge_point() ? "compute" : "memory";
+double Profiler::working_set_bytes(const std::string& phase) const {
+  const auto ops = by_op(phase);
+  if (ops.empty()) return 0;
+  double bytes = 0;
+  size_t forwards = phase_steps(phase);
+  if (forwards == 0) {  // no steps marked: every forward calls each op outside the blocks once
+    forwards = ops.front().calls;
+    for (const auto& s : ops) forwards = std::min(forwards, s.calls);
+  }
+  for (const auto& s : ops) bytes += s.bytes;
+  return bytes / static_cast<double>(std::max<size_t>(1, forwards));
+}
+
+std::string Profiler::bound(const OpStats& s, const ReadRoof& roof) const {
+  const std::string memory = std::string(memory_level_name(roof.level)) + " bandwidth";
+  if (s.seconds <= 0) return "-";
+  // What the roofline allows at the op's intensity; a byte-only op (flops 0) is judged by its bandwidth alone.
+  double reached = 0;
+  if (s.flops > 0 && roofs_.peak_gflops > 0) {
+    const double allowed = roof.gbs > 0 ? std::min(roofs_.peak_gflops, roof.gbs * s.intensity()) : roofs_.peak_gflops;
+    reached = s.gflops() / allowed;
+  } else if (roof.gbs > 0) {
+    reached = s.gbs() / roof.gbs;
+  } else {
+    return "no roof";
+  }
+  // Under a tenth of the roofline, neither roof explains the time: say so instead of naming one.
+  if (reached < 0.1) return "overhead";
+  // No read roof for the level (L1, or one not measured): no ridge point to compare with.
+  if (roof.gbs <= 0) return "no " + std::string(memory_level_name(roof.level)) + " roof";
+  if (s.flops > 0 && s.intensity() >= roof.ridge_point(roofs_.peak_gflops)) return "compute";
+  return memory;
 }
 
 std::string Profiler::table(const std::string& phase) const {
   const auto ops = by_op(phase);
   const double total = phase_seconds(phase);
+  const ReadRoof roof = phase_roof(phase);
+  const std::string level = memory_level_name(roof.level);
   std::ostringstream out;
-  char line[256];
-  std::snprintf(line, sizeof line, "%-11s %7s %10s %10s %6s %9s %8s %7s %7s %6s %s\n", "op", "calls", "total ms",
-                "mean us", "share", "GFLOP/s", "GB/s", "%peak", "%bw", "F/B", "bound");
+  char line[320];
+  std::snprintf(line, sizeof line, "read roof: %s, %s (working set %.2f MiB per step)\n", level.c_str(),
+                roof.gbs > 0 ? (fmt("%.1f", roof.gbs) + " GB/s").c_str() : "not measured",
+                working_set_bytes(phase) / 1048576.0);
   out << line;
+  // A share is printed only when it is at most 100%; above, the cell says the roof is wrong (share_of_roof).
+  auto cell = [](const RoofShare& r) {
+    return r.ok ? fmt("%.1f%%", r.percent) : std::string(r.text.rfind("above", 0) == 0 ? "roof?" : "-");
+  };
+  std::snprintf(line, sizeof line, "%-11s %7s %10s %10s %6s %9s %8s %7s %7s %6s %s\n", "op", "calls", "total ms",
+                "mean us", "share", "GFLOP/s", "GB/s", "%peak", ("%" + level).c_str(), "F/B", "bound");
+  out << line;
+  std::vector<std::string> notes;
   for (const auto& s : ops) {
-    const double roof_pct = 100.0 * s.gflops() / roofs_.peak_gflops, bw_pct = 100.0 * s.gbs() / roofs_.dram_gbs;
-    std::snprintf(line, sizeof line, "%-11s %7zu %10.3f %10.1f %5.1f%% %9.1f %8.1f %6.1f%% %6.1f%% %6.1f %s\n",
+    const RoofShare peak = share_of_roof(s.gflops(), roofs_.peak_gflops, "FMA peak");
+    const RoofShare bw = share_of_roof(s.gbs(), roof.gbs, level + " read");
+    for (const RoofShare* r : {&peak, &bw})
+      if (!r->ok && roof.gbs > 0 && r->text.rfind("above", 0) == 0) notes.push_back(s.op + ": " + r->text);
+    std::snprintf(line, sizeof line, "%-11s %7zu %10.3f %10.1f %5.1f%% %9.1f %8.1f %7s %7s %6.1f %s\n",
                   s.op.c_str(), s.calls, s.seconds * 1e3, s.seconds / s.calls * 1e6,
-                  total > 0 ? 100.0 * s.seconds / total : 0.0, s.gflops(), s.gbs(), roof_pct, bw_pct, s.intensity(),
-                  bound(s));
+                  total > 0 ? 100.0 * s.seconds / total : 0.0, s.gflops(), s.gbs(),
+                  s.flops > 0 ? cell(peak).c_str() : "-", cell(bw).c_str(), s.intensity(), bound(s, roof).c_str());
     out << line;
   }
   std::snprintf(line, sizeof line, "%-11s %7s %10.3f\n", "total", "", total * 1e3);
   out << line;
+  for (const auto& n : notes) out << "note: " << n << "\n";
   return out.str();
 }
 
 std::string Profiler::json() const {
   nlohmann::json j;
   j["roofs"] = {{"isa", isa_name(roofs_.isa)}, {"threads", roofs_.n_threads}, {"peak_gflops", roofs_.peak_gflops},
-                {"dram_gbs", roofs_.dram_gbs}, {"ridge_flops_per_byte", roofs_.ridge_point()},
-                {"source", roofs_.source}};
+                {"dram_gbs", roofs_.dram_gbs}, {"l3_gbs", roofs_.l3_gbs}, {"l2_gbs", roofs_.l2_gbs},
+                {"ridge_flops_per_byte", roofs_.ridge_point()}, {"source", roofs_.source}};
+  j["machine"] = nlohmann::json::parse(machine_json({roofs_}, "wall clock (steady_clock) around each op, one run"));
+  // A share above 100% is never written: null, and the note says the roof is wrong.
+  auto share = [](const RoofShare& r) { return r.ok ? nlohmann::json(r.percent) : nlohmann::json(nullptr); };
   for (const auto& phase : phases()) {
     nlohmann::json p;
+    const ReadRoof roof = phase_roof(phase);
+    const std::string level = memory_level_name(roof.level);
     p["seconds"] = phase_seconds(phase);
     p["steps"] = phase_steps(phase);
+    p["working_set_bytes"] = working_set_bytes(phase);
+    p["read_roof"] = {{"level", level}, {"gbs", roof.gbs},
+                      {"ridge_flops_per_byte", roof.ridge_point(roofs_.peak_gflops)}};
     auto row = [&](const OpStats& s) {
+      const RoofShare peak = share_of_roof(s.gflops(), roofs_.peak_gflops, "FMA peak");
+      const RoofShare bw = share_of_roof(s.gbs(), roof.gbs, level + " read");
       return nlohmann::json{{"op", s.op}, {"layer", s.layer}, {"calls", s.calls}, {"tokens", s.tokens},
                             {"seconds", s.seconds}, {"flops", s.flops}, {"bytes", s.bytes},
                             {"gflops", s.gflops()}, {"gbs", s.gbs()},
-                            {"pct_peak", 100.0 * s.gflops() / roofs_.peak_gflops},
-                            {"pct_bandwidth", 100.0 * s.gbs() / roofs_.dram_gbs},
-                            {"intensity", s.intensity()}, {"bound", bound(s)}};
+                            {"pct_peak", share(peak)}, {"pct_read_roof", share(bw)},
+                            {"read_roof_note", bw.text}, {"peak_note", peak.text},
+                            {"intensity", s.intensity()}, {"bound", bound(s, roof)}};
     };
     for (const auto& s : by_op(phase)) p["ops"].push_back(row(s));
     for (const auto& s : by_layer(phase)) p["layers"].push_back(row(s));
@@ -332,12 +470,69 @@ std::string Profiler::chrome_trace() const {
   return nlohmann::json{{"traceEvents", events}, {"displayTimeUnit", "ms"}}.dump();
 }
 
+namespace {
+
+// An axis-aligned box in SVG user units.
+struct Box {
+  double x0, y0, x1, y1;
+  bool intersects(const Box& o) const { return x0 < o.x1 && o.x0 < x1 && y0 < o.y1 && o.y0 < y1; }
+  bool inside(const Box& o) const { return x0 >= o.x0 && x1 <= o.x1 && y0 >= o.y0 && y1 <= o.y1; }
+};
+
+// Label geometry, shared by the placement and the SVG (textLength pins the drawn width to the estimate).
+constexpr double kLabelFontSize = 10, kLabelCharWidth = 6.0;
+Box label_box(double x, double baseline, double width) {
+  return {x, baseline - kLabelFontSize, x + width, baseline + 0.3 * kLabelFontSize};
+}
+
+// Places each label near its point without touching another label, a point or the plot's edge: the first free
+// spot on rings of growing radius around the point (8 directions per ring). Returns the baseline-left corner of
+// each label, or {-1, -1} when no spot was free (the caller lists it beside the plot instead).
+std::vector<std::pair<double, double>> place_labels(const std::vector<std::pair<double, double>>& points,
+                                                    const std::vector<double>& widths, const Box& area) {
+  std::vector<Box> taken;
+  for (const auto& [px, py] : points) taken.push_back({px - 5, py - 5, px + 5, py + 5});
+  std::vector<std::pair<double, double>> out;
+  const double h = 1.3 * kLabelFontSize;
+  for (size_t i = 0; i < points.size(); ++i) {
+    const auto [px, py] = points[i];
+    const double w = widths[i];
+    std::pair<double, double> found{-1, -1};
+    for (double r = 7; r <= 160 && found.first < 0; r += 9) {
+      for (int d = 0; d < 8 && found.first < 0; ++d) {
+        // Right, left, above, below first: a label beside its point reads best.
+        static constexpr double dirs[8][2] = {{1, 0}, {-1, 0}, {0, -1}, {0, 1}, {1, -1}, {1, 1}, {-1, -1}, {-1, 1}};
+        const double dx = dirs[d][0], dy = dirs[d][1];
+        // The box's near edge sits r from the point in direction (dx, dy).
+        const double x = dx > 0 ? px + r : dx < 0 ? px - r - w : px - w / 2;
+        const double top = dy > 0 ? py + r : dy < 0 ? py - r - h : py - h / 2;
+        const double baseline = top + kLabelFontSize;
+        Box b = label_box(x, baseline, w);
+        const Box padded{b.x0 - 1, b.y0 - 1, b.x1 + 1, b.y1 + 1};
+        if (!b.inside(area)) continue;
+        bool free = true;
+        for (const Box& t : taken) free = free && !padded.intersects(t);
+        if (free) {
+          found = {x, baseline};
+          taken.push_back(b);
+        }
+      }
+    }
+    out.push_back(found);
+  }
+  return out;
+}
+
+}  // namespace
+
 std::string Profiler::roofline_svg() const {
-  // Log-log axes: x = arithmetic intensity (FLOP/byte) 1/64 .. 1024, y = GFLOP/s from peak/1e4 .. 2·peak.
-  const double W = 760, H = 480, L = 70, R = 20, T = 40, B = 60;
+  // Log-log axes: x = arithmetic intensity (FLOP/byte) 1/64 .. 1024, y = GFLOP/s from peak/1e5 .. 2·peak. The plot
+  // takes the left part; the legend (roofs, phases, labels that found no room) is a column right of it, so
+  // nothing in the plot area but data and roofs.
+  const double W = 900, H = 480, L = 70, plot_right = 640, T = 40, B = 60, legend_x = plot_right + 20;
   const double x_min = std::log10(1.0 / 64), x_max = std::log10(1024.0);
   const double y_max = std::log10(roofs_.peak_gflops * 2), y_min = y_max - 5;
-  auto X = [&](double ai) { return L + (std::log10(ai) - x_min) / (x_max - x_min) * (W - L - R); };
+  auto X = [&](double ai) { return L + (std::log10(ai) - x_min) / (x_max - x_min) * (plot_right - L); };
   auto Y = [&](double g) {
     const double v = std::clamp(std::log10(std::max(g, 1e-12)), y_min, y_max);
     return H - B - (v - y_min) / (y_max - y_min) * (H - T - B);
@@ -347,8 +542,9 @@ std::string Profiler::roofline_svg() const {
     << "\" height=\"" << H << "\" viewBox=\"0 0 " << W << " " << H << "\" font-family=\"sans-serif\" font-size=\"11\">\n";
   s << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
   s << "<text x=\"" << W / 2 << "\" y=\"20\" text-anchor=\"middle\" font-size=\"14\">Roofline: " << isa_name(roofs_.isa)
-    << ", " << roofs_.n_threads << " thread(s): peak " << fmt("%.0f", roofs_.peak_gflops) << " GFLOP/s, DRAM "
-    << fmt("%.1f", roofs_.dram_gbs) << " GB/s</text>\n";
+    << ", " << roofs_.n_threads << " thread(s), FMA peak " << fmt("%.0f", roofs_.peak_gflops) << " GFLOP/s</text>\n";
+  s << "<rect class=\"plot-area\" x=\"" << L << "\" y=\"" << T << "\" width=\"" << plot_right - L << "\" height=\""
+    << H - T - B << "\" fill=\"none\" stroke=\"#999\"/>\n";
   // Axes and decade grid.
   for (int e = -1; e <= 3; ++e) {
     const double ai = std::pow(10.0, e);
@@ -358,34 +554,97 @@ std::string Profiler::roofline_svg() const {
   }
   for (int e = static_cast<int>(std::ceil(y_min)); e <= static_cast<int>(std::floor(y_max)); ++e) {
     const double g = std::pow(10.0, e);
-    s << "<line x1=\"" << L << "\" y1=\"" << Y(g) << "\" x2=\"" << W - R << "\" y2=\"" << Y(g)
+    s << "<line x1=\"" << L << "\" y1=\"" << Y(g) << "\" x2=\"" << plot_right << "\" y2=\"" << Y(g)
       << "\" stroke=\"#ddd\"/><text x=\"" << L - 5 << "\" y=\"" << Y(g) + 4 << "\" text-anchor=\"end\">" << fmt("%g", g)
       << "</text>\n";
   }
-  s << "<text x=\"" << (L + W - R) / 2 << "\" y=\"" << H - 20
+  s << "<text x=\"" << (L + plot_right) / 2 << "\" y=\"" << H - 20
     << "\" text-anchor=\"middle\">arithmetic intensity (FLOP/byte)</text>\n";
   s << "<text x=\"18\" y=\"" << (T + H - B) / 2 << "\" transform=\"rotate(-90 18 " << (T + H - B) / 2
     << ")\" text-anchor=\"middle\">GFLOP/s</text>\n";
-  // The roof: min(peak, bandwidth × intensity).
-  s << "<polyline fill=\"none\" stroke=\"#c00\" stroke-width=\"2\" points=\"";
-  for (int i = 0; i <= 64; ++i) {
-    const double ai = std::pow(10.0, x_min + (x_max - x_min) * i / 64);
-    s << X(ai) << "," << Y(std::min(roofs_.peak_gflops, roofs_.dram_gbs * ai)) << " ";
+  // The roofs: min(peak, bandwidth × intensity) for each measured read level, named in the legend.
+  struct Slope {
+    const char* name;
+    double gbs;
+    const char* dash;
+  };
+  const Slope slopes[] = {{"DRAM", roofs_.dram_gbs, ""}, {"L3", roofs_.l3_gbs, "6,3"}, {"L2", roofs_.l2_gbs, "2,3"}};
+  double legend_y = T + 10;
+  s << "<text x=\"" << legend_x << "\" y=\"" << legend_y << "\" font-weight=\"bold\">roofs</text>\n";
+  for (const Slope& sl : slopes) {
+    if (sl.gbs <= 0) continue;
+    s << "<polyline class=\"roof\" fill=\"none\" stroke=\"#c00\" stroke-width=\"2\""
+      << (sl.dash[0] ? std::string(" stroke-dasharray=\"") + sl.dash + "\"" : std::string()) << " points=\"";
+    for (int i = 0; i <= 64; ++i) {
+      const double ai = std::pow(10.0, x_min + (x_max - x_min) * i / 64);
+      s << X(ai) << "," << Y(std::min(roofs_.peak_gflops, sl.gbs * ai)) << " ";
+    }
+    s << "\"/>\n";
+    legend_y += 16;
+    s << "<line x1=\"" << legend_x << "\" y1=\"" << legend_y - 4 << "\" x2=\"" << legend_x + 24 << "\" y2=\""
+      << legend_y - 4 << "\" stroke=\"#c00\" stroke-width=\"2\""
+      << (sl.dash[0] ? std::string(" stroke-dasharray=\"") + sl.dash + "\"" : std::string()) << "/><text x=\""
+      << legend_x + 30 << "\" y=\"" << legend_y << "\">" << sl.name << " " << fmt("%.1f", sl.gbs) << " GB/s</text>\n";
   }
-  s << "\"/>\n";
-  // One point per (phase, op).
+  // One point per (phase, op), colored by phase; labels placed around their points (place_labels).
   const char* colors[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b"};
+  struct Point {
+    std::string phase, op, color, title;
+    double x, y;
+  };
+  std::vector<Point> points;
+  legend_y += 14;
+  s << "<text x=\"" << legend_x << "\" y=\"" << legend_y << "\" font-weight=\"bold\">phases</text>\n";
   int pi = 0;
   for (const auto& phase : phases()) {
     const char* color = colors[pi++ % 5];
+    const ReadRoof roof = phase_roof(phase);
     for (const auto& op : by_op(phase)) {
       if (op.flops <= 0 || op.bytes <= 0 || op.seconds <= 0) continue;
-      s << "<g class=\"op\"><circle cx=\"" << X(op.intensity()) << "\" cy=\"" << Y(op.gflops()) << "\" r=\"5\" fill=\""
-        << color << "\"><title>" << phase << " " << op.op << ": " << fmt("%.1f", op.gflops()) << " GFLOP/s at "
-        << fmt("%.2f", op.intensity()) << " FLOP/B</title></circle><text x=\"" << X(op.intensity()) + 7 << "\" y=\""
-        << Y(op.gflops()) + 4 << "\" fill=\"" << color << "\">" << op.op << "</text></g>\n";
+      points.push_back({phase, op.op, color,
+                        phase + " " + op.op + ": " + fmt("%.1f", op.gflops()) + " GFLOP/s at " +
+                            fmt("%.2f", op.intensity()) + " FLOP/B, " + bound(op, roof),
+                        X(op.intensity()), Y(op.gflops())});
     }
-    s << "<text x=\"" << L + 10 << "\" y=\"" << T + 15 * pi << "\" fill=\"" << color << "\">● " << phase << "</text>\n";
+    // Legend marks are squares, unlike the round data points, and sit outside the plot.
+    legend_y += 16;
+    s << "<rect x=\"" << legend_x << "\" y=\"" << legend_y - 9 << "\" width=\"9\" height=\"9\" fill=\"" << color
+      << "\"/><text x=\"" << legend_x + 14 << "\" y=\"" << legend_y << "\">" << phase << " (read roof "
+      << memory_level_name(roof.level) << ")</text>\n";
+  }
+  std::vector<std::pair<double, double>> xy;
+  std::vector<double> widths;
+  for (const Point& p : points) {
+    xy.emplace_back(p.x, p.y);
+    widths.push_back(kLabelCharWidth * static_cast<double>(p.op.size()));
+  }
+  const auto at = place_labels(xy, widths, {L + 1, T + 1, plot_right - 1, H - B - 1});
+  bool listed_header = false;
+  for (size_t i = 0; i < points.size(); ++i) {
+    const Point& p = points[i];
+    s << "<g class=\"op\"><circle cx=\"" << p.x << "\" cy=\"" << p.y << "\" r=\"4\" fill=\"" << p.color
+      << "\"><title>" << p.title << "</title></circle>";
+    double lx = at[i].first, ly = at[i].second;
+    if (lx < 0) {  // no room near the point: listed in the legend column instead
+      if (!listed_header) {
+        legend_y += 30;
+        s << "<text x=\"" << legend_x << "\" y=\"" << legend_y << "\" font-weight=\"bold\">unplaced labels</text>";
+        listed_header = true;
+      }
+      legend_y += 14;
+      lx = legend_x;
+      ly = legend_y;
+    } else {
+      // A leader line when the label had to move away from its point.
+      const Box b = label_box(lx, ly, widths[i]);
+      const double cx = std::clamp(p.x, b.x0, b.x1), cy = std::clamp(p.y, b.y0, b.y1);
+      if (std::hypot(cx - p.x, cy - p.y) > 12)
+        s << "<line x1=\"" << p.x << "\" y1=\"" << p.y << "\" x2=\"" << cx << "\" y2=\"" << cy << "\" stroke=\""
+          << p.color << "\" stroke-width=\"0.7\"/>";
+    }
+    s << "<text class=\"label\" x=\"" << lx << "\" y=\"" << ly << "\" font-size=\"" << kLabelFontSize
+      << "\" textLength=\"" << widths[i] << "\" lengthAdjust=\"spacingAndGlyphs\" fill=\"" << p.color << "\">"
+      << p.op << "</text></g>\n";
   }
   s << "</svg>\n";
   return s.str();
