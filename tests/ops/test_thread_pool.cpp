@@ -67,7 +67,7 @@ class Gate {
 
 }  // namespace
 
-TEST_CASE("thread_pool: every item runs exactly once, on a worker in [0, n_threads)") {
+TEST_CASE("thread_pool: every item runs exactly once, on a worker id below n_threads") {
   ThreadPool pool;
   for (int n_threads = 1; n_threads <= 4; ++n_threads)
     for (size_t n_items : {size_t{0}, size_t{1}, size_t(n_threads - 1), size_t(n_threads), size_t{1000},
@@ -242,7 +242,7 @@ TEST_CASE("thread_pool: resolve_threads keeps explicit counts and defaults to at
   CHECK(resolve_threads(0) == resolve_threads(0));  // read once
 }
 
-TEST_CASE("threading: chunk_range cuts [0, n) into fixed chunks that cover it once") {
+TEST_CASE("threading: chunk_range cuts 0 .. n into fixed chunks that cover it once") {
   for (size_t n : {size_t{0}, size_t{1}, size_t{63}, size_t{64}, size_t{65}, size_t{1000}})
     for (size_t chunk : {size_t{1}, size_t{7}, size_t{64}}) {
       CAPTURE(n);
