@@ -14,24 +14,23 @@
 namespace sqrtdk::ops {
 namespace {
 
-// Chunks of 64 floats (a multiple of every vector width) so only the last chunk has a tail. Below 16 Ki floats a
-// second thread costs more to wake than it saves (an estimate: ~5 us of OpenMP wake-up against ~2 us of work).
-constexpr size_t kGranule = 64;
-constexpr size_t kMinPerThread = 16384;
+// Items of kChunk floats (a multiple of every vector width, so only the last item has a tail), claimed by the
+// participants as they come; the boundaries depend on n only. Below two chunks one thread: a second thread costs
+// more to wake than it saves (an estimate: ~5 us of wake-up against ~2 us of work per 16 Ki floats).
+constexpr size_t kChunk = 16384;
 
 template <class F>
 void for_chunks(size_t n, int n_threads, F fn) {
-  const size_t by_size = std::max<size_t>(1, n / kMinPerThread);
-  const int threads = static_cast<int>(std::min<size_t>(static_cast<size_t>(resolve_threads(n_threads)), by_size));
+  const size_t n_items = chunk_count(n, kChunk);
+  const int threads = n_items < 2 ? 1 : resolve_threads(n_threads);
   if (threads <= 1) {
     fn(size_t{0}, n);
     return;
   }
-#pragma omp parallel num_threads(threads)
-  {
-    const Range r = split_range(n, static_cast<size_t>(threads), static_cast<size_t>(omp_get_thread_num()), kGranule);
-    if (r.end > r.begin) fn(r.begin, r.end);
-  }
+  parallel_for(threads, n_items, [&](size_t item, int) {
+    const Range r = chunk_range(n, kChunk, item);
+    fn(r.begin, r.end);
+  });
 }
 
 void check_ptrs(const char* op, size_t n, std::initializer_list<const float*> ptrs) {

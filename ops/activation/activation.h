@@ -11,8 +11,8 @@
 // u = 0 and the right limits (exp -> inf gives -0, exp -> 0 gives x). Measured against the double reference over
 // [-120, 120] (tests/ops/test_activation.cpp): max abs error 4.8e-7 (gelu_tanh), 1.9e-6 (silu; half an ulp of
 // outputs near 100); max relative error 1.4e-6 (gelu_tanh), 2.1e-7 (silu) where |result| >= 1e-6.
-// Threading: n is split in chunks of 64 floats over n_threads (0 = resolve_threads default); elementwise, so
-// bit-identical for any thread count.
+// Threading: n is cut into items of 16 Ki floats claimed by up to n_threads (0 = resolve_threads default);
+// elementwise, so bit-identical for any thread count.
 // Errors: sqrtdk::Error for null pointers when n > 0.
 #pragma once
 

@@ -71,15 +71,11 @@ void fused_prefill(const AttentionKernels& kernels, const AttentionParams& p, At
     const size_t qb = plan.n_blocks - 1 - item / p.n_kv_heads, g = item % p.n_kv_heads;
     kernels.prefill_item(p, plan, g, qb, scratch);
   };
-  if (threads <= 1) {  // no OpenMP region: entering one costs microseconds even for a team of one (libgomp)
-    for (size_t item = 0; item < n_items; ++item) item_fn(item, ws.thread_scratch(0, per_thread));
-    return;
-  }
-  // Items are independent and each writes its own output rows: any schedule gives the same bits. Dynamic
-  // scheduling because causal blocks differ in cost (block qb sees about qb+1 key tiles).
-#pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
-  for (size_t item = 0; item < n_items; ++item)
-    item_fn(item, ws.thread_scratch(static_cast<size_t>(omp_get_thread_num()), per_thread));
+  // Items are independent and each writes its own output rows: any schedule gives the same bits. Claimed as they
+  // come because causal blocks differ in cost (block qb sees about qb+1 key tiles).
+  parallel_for(threads, n_items, [&](size_t item, int worker) {
+    item_fn(item, ws.thread_scratch(static_cast<size_t>(worker), per_thread));
+  });
 }
 
 void fused_decode(const AttentionKernels& kernels, const AttentionParams& p, AttentionWorkspace::Impl& ws,
@@ -97,19 +93,11 @@ void fused_decode(const AttentionKernels& kernels, const AttentionParams& p, Att
     const size_t g = h / plan.group, hh = h % plan.group;
     kernels.decode_merge(p, plan, g, hh, partials);
   };
-  if (threads <= 1) {  // no OpenMP region: it cost ~10 us per call here (measured), as much as a short decode step
-    for (size_t item = 0; item < n_items; ++item) chunk_item(item, ws.thread_scratch(0, per_thread));
-    for (size_t h = 0; h < p.n_heads; ++h) merge_head(h);
-    return;
-  }
-#pragma omp parallel num_threads(threads)
-  {
-    float* scratch = ws.thread_scratch(static_cast<size_t>(omp_get_thread_num()), per_thread);
-#pragma omp for schedule(static)
-    for (size_t item = 0; item < n_items; ++item) chunk_item(item, scratch);
-#pragma omp for schedule(static)
-    for (size_t h = 0; h < p.n_heads; ++h) merge_head(h);
-  }
+  // Two jobs: every chunk's partials are written before any head merges them.
+  parallel_for(threads, n_items, [&](size_t item, int worker) {
+    chunk_item(item, ws.thread_scratch(static_cast<size_t>(worker), per_thread));
+  });
+  parallel_for(threads, p.n_heads, [&](size_t h, int) { merge_head(h); });
 }
 
 }  // namespace
@@ -226,7 +214,7 @@ void attention(Isa isa, const AttentionParams& p, AttentionWorkspace& ws, int n_
   validate(isa, p);
   if (p.n_queries == 0) return;
   if (path == AttentionPath::automatic || p.observe != nullptr) path = choose_attention_path(p);
-  // Below ~2^18 multiply-adds (tens of microseconds) a parallel region costs more than it saves: one thread.
+  // Below ~2^18 multiply-adds (tens of microseconds) waking a helper costs more than it saves: one thread.
   // The work partition does not depend on the thread count, so this changes nothing in the results.
   const size_t work = p.n_heads * p.n_queries * p.n_keys() * p.head_dim;
   const int threads = work < (size_t{1} << 18) ? 1 : resolve_threads(n_threads);

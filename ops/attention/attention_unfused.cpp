@@ -2,9 +2,9 @@
 //   scores[n_queries][n_keys] = scale · Q_h · K_gᵀ      gemm_unpacked, BLayout::nk
 //   P = softmax_rows(scores) with the causal mask          (masked keys exactly 0)
 //   out_h[n_queries][head_dim] = P · V_g                   gemm_unpacked, BLayout::kn
-// Materializes n_queries × n_keys scores per thread. With at least as many heads as threads, heads are split over
-// threads (single-threaded GEMMs); otherwise heads run one after another with every thread inside the GEMM and the
-// softmax. Both GEMM and softmax are deterministic for any thread count, so the path is too.
+// Materializes n_queries × n_keys scores per thread. With at least as many heads as threads, heads are the items
+// of one parallel_for (single-threaded GEMMs); otherwise heads run one after another with every thread inside the
+// GEMM and the softmax. Both GEMM and softmax are deterministic for any thread count, so the path is too.
 #include "ops/attention/attention_internal.h"
 
 #include "ops/base/threading.h"
@@ -100,15 +100,15 @@ void attention_unfused(Isa isa, const AttentionParams& p, AttentionWorkspace::Im
   auto scores_of = [&](size_t h, size_t t) {
     return p.observe ? p.observe->probs.data() + h * n * m : us.scores[t].data();
   };
-  if (!split_heads || threads <= 1) {  // one thread: no OpenMP region (entering one costs microseconds)
+  if (!split_heads || threads <= 1) {
     for (size_t h = 0; h < p.n_heads; ++h) unfused_head(isa, p, h, scores_of(h, 0), us.gemm[0], threads);
     return;
   }
-#pragma omp parallel for num_threads(threads) schedule(static)
-  for (size_t h = 0; h < p.n_heads; ++h) {
-    const size_t t = static_cast<size_t>(omp_get_thread_num());
+  // Items = heads, each on one participant with that worker's buffers and single-threaded GEMMs.
+  parallel_for(threads, p.n_heads, [&](size_t h, int worker) {
+    const size_t t = static_cast<size_t>(worker);
     unfused_head(isa, p, h, scores_of(h, t), us.gemm[t], 1);
-  }
+  });
 }
 
 }  // namespace sqrtdk::ops

@@ -1,22 +1,30 @@
-// Threading: OpenMP underneath, but every parallel region takes its thread count from the caller (a Session or
-// an op argument), never from global state, so two sessions on one model can each use their own budget.
+// Threading: every op parallelises with parallel_for (ops/base/thread_pool.h) on the calling thread's own pool,
+// taking its thread count from the caller (a Session or an op argument), never from global state, so two sessions
+// on one model can each use their own budget. Why a pool per calling thread rather than a pool object passed down:
+// the ops keep their `int n_threads` argument, and two sessions on two threads never share or wait for each other's
+// workers (thread_pool.h, this_thread_pool).
 //
-// Determinism rule for every kernel: work is split over output rows/columns/heads, never across a reduction, so
-// the result is bit-for-bit the same for any thread count.
+// How work is split, for a machine shared with other processes (issue 13): an op cuts its work into more items
+// than threads (GEMM tiles or panels, attention heads and blocks, fixed-size row or element chunks) and the
+// participants claim items as they come, the caller included; the caller never waits for a helper that has not
+// started, so a descheduled helper's share is done by the others instead of stalling the op for a time slice.
+// Small work runs on one thread (each op states its threshold): waking a helper costs more than it saves.
+//
+// Determinism rule for every kernel: item boundaries depend only on the problem shape (never on the thread count
+// or on which worker runs an item), and no reduction is split across items, so the result is bit-for-bit the same
+// for any thread count and any schedule.
 #pragma once
+
+#include "ops/base/thread_pool.h"
 
 #include <algorithm>
 #include <cstddef>
 
-#include <omp.h>
-
 namespace sqrtdk {
 
-// The thread count to use when the caller passes 0: what OpenMP would use (OMP_NUM_THREADS or the core count).
-inline int resolve_threads(int n_threads) {
-  if (n_threads > 0) return n_threads;
-  return std::max(1, omp_get_max_threads());
-}
+// The thread count to use when the caller passes 0: OMP_NUM_THREADS if set to a positive count (its first entry,
+// as OpenMP reads it), else the number of CPUs this process may run on (sched_getaffinity). Read once.
+int resolve_threads(int n_threads);
 
 // Splits [0, n) into `parts` near-equal contiguous ranges and returns range `part` as [begin, end).
 // `granule` rounds range boundaries to multiples of it (e.g. a microkernel tile width), except the last end = n.
@@ -30,5 +38,12 @@ inline Range split_range(size_t n, size_t parts, size_t part, size_t granule = 1
   const size_t g_end = g_begin + base + (part < extra ? 1 : 0);
   return {std::min(n, g_begin * granule), std::min(n, g_end * granule)};
 }
+
+// Item `item` of [0, n) cut into fixed chunks of `chunk` elements (the last one shorter): boundaries depend on
+// n and chunk only.
+inline Range chunk_range(size_t n, size_t chunk, size_t item) {
+  return {std::min(n, item * chunk), std::min(n, (item + 1) * chunk)};
+}
+inline size_t chunk_count(size_t n, size_t chunk) { return (n + chunk - 1) / chunk; }
 
 }  // namespace sqrtdk

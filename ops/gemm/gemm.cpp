@@ -1,12 +1,12 @@
 // GEMM driver (baseline ISA): argument checks, weight packing, the thread split and dispatch through the kernel
 // table (defined here: gemm_avx512.cpp, gemm_avx2.cpp, gemm_ref.cpp), and gemm_unpacked for attention.
 //
-// Thread split: the output is cut into a tm × tn grid of regions whose borders fall on the kernel's tile grid
-// (multiples of mr rows and nr columns), so every element is computed by the same kernel in the same K order for
-// any thread count: results are bit-identical. M ≤ 16 (decode, small batch) splits N only, so each thread streams
-// its own share of the weights once.
+// Threads: the output is cut into items, a grid of blocks whose borders fall on the kernel's tile grid (multiples
+// of mr rows and nr columns) and depend on the shape only, so every element is computed by the same kernel in the
+// same K order for any thread count and any schedule: results are bit-identical. M ≤ 16 (decode, small batch)
+// cuts N only, so each panel of weights is streamed once. Participants claim items as they come (thread_pool.h).
 // Scratch: thread_local buffers (copies of epilogue operands that alias dst) that grow on first use
-// and are then reused: no allocation in the hot path once warm. OpenMP pool threads keep them across calls.
+// and are then reused: no allocation in the hot path once warm. Pool helpers keep them across calls.
 #include "ops/gemm/gemm.h"
 
 #include "ops/base/aligned_buffer.h"
@@ -19,10 +19,8 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <exception>
 #include <string>
 #include <utility>
-#include <vector>
 
 namespace sqrtdk::ops {
 
@@ -85,72 +83,74 @@ void grow(AlignedBuffer<float>& buffer, size_t count) {
   if (buffer.size() < count) buffer.allocate(count);
 }
 
-// Runs body(t) for t in [0, nt) on nt OpenMP threads (directly when nt == 1); rethrows the first exception.
-template <class Body>
-void run_threads(int nt, const Body& body) {
-  if (nt <= 1) {
-    body(0);
-    return;
-  }
-  std::vector<std::exception_ptr> errors(nt);
-#pragma omp parallel num_threads(nt)
-  {
-    const int t = omp_get_thread_num();
-    try {
-      body(t);
-    } catch (...) {
-      errors[t] = std::current_exception();
-    }
-  }
-  for (auto& e : errors)
-    if (e) std::rethrow_exception(e);
-}
+// Below this many multiply-adds a call runs on one thread (an estimate, not tuned): a job costs the caller ~0.2 us
+// of publishing and claiming, plus a futex wake (a few us) when the helper sleeps; 2^15 MACs take ~1 us at one
+// core's peak (as decode, 128 KiB of weights: ~3 us from L2). The bundled model's smallest decode GEMMs (N = 128,
+// K = 256) sit exactly at it and stay parallel.
+constexpr size_t kParallelMinMacs = size_t{1} << 15;
+// Work items: a decode / small-batch item streams at least this many MACs' worth of weights (whole panels: 64 KiB
+// in decode, ~1–3 us), so claiming one (an atomic CAS, ~50 ns) costs a few percent at most.
+constexpr size_t kMinItemMacs = size_t{1} << 14;
+// M > kSmallM is cut into a 2D grid of items aiming at this many items (more than threads, so the participants
+// balance by claiming: a late or descheduled helper's share goes to the others).
+constexpr size_t kSmallM = 16;
+constexpr size_t kTargetItems = 16;
 
-struct Grid {
-  size_t tm, tn;
+// The items of one call: a grid of row blocks × column blocks on the kernel's tile grid (multiples of mr rows and
+// nr columns), so every element is computed by the same kernel in the same K order whichever item holds it. The
+// grid depends on the shape and the ISA's block sizes only, never on the thread count.
+struct ItemGrid {
+  size_t rows_per, cols_per;  // rows and columns of an item (the last ones shorter)
+  size_t n_mb, n_nb;          // row blocks, column blocks
+  size_t count() const { return n_mb * n_nb; }
 };
 
-// Picks the tm × tn split of nt threads that minimises the largest region (in tiles); ties prefer splitting N
-// (measured at 2 threads, quiet machine: splitting N gave 0.83–0.95× oneDNN on the prefill shapes, splitting M
-// 0.80–0.88×).
-Grid choose_grid(size_t M, size_t N, const BlockSizes& bs, int nt) {
-  const size_t m_tiles = (M + bs.mr - 1) / bs.mr, n_panels = (N + bs.nr - 1) / bs.nr;
-  if (M <= 16) return {1, std::min<size_t>(nt, n_panels)};
-  Grid best{1, 1};
-  size_t best_cost = SIZE_MAX;
-  for (size_t tm = static_cast<size_t>(nt); tm >= 1; --tm) {
-    if (nt % tm != 0) continue;
-    const size_t tn = nt / tm;
-    if (tm > m_tiles || tn > n_panels) continue;
-    const size_t cost = ((m_tiles + tm - 1) / tm) * bs.mr * ((n_panels + tn - 1) / tn) * bs.nr;
-    if (cost <= best_cost) {
-      best_cost = cost;
-      best = {tm, tn};
-    }
+size_t ceil_div(size_t a, size_t b) { return (a + b - 1) / b; }
+size_t round_up(size_t a, size_t b) { return ceil_div(a, b) * b; }
+
+ItemGrid item_grid(size_t M, size_t N, size_t K, const BlockSizes& bs) {
+  ItemGrid g{};
+  if (M <= kSmallM) {
+    // Decode and small batches: columns only (every item all M rows), whole panels, each panel streamed once.
+    g.rows_per = M;
+    g.cols_per = round_up(std::max<size_t>(1, kMinItemMacs / (M * K)), bs.nr);
+  } else {
+    // Row blocks of at most mc rows (mc × kc of A stays in L2), balanced and rounded to mr; then column blocks of
+    // at most nc (the block's partial sums stay in L2 across K slices), narrower until there are kTargetItems.
+    const size_t mc = std::max<size_t>(bs.mc, kSmallM);  // the reference's block sizes are all 1
+    g.rows_per = round_up(ceil_div(M, ceil_div(M, mc)), bs.mr);
+    const size_t n_mb = ceil_div(M, g.rows_per), n_panels = ceil_div(N, bs.nr);
+    const size_t max_panels = std::max<size_t>(1, bs.nc / bs.nr);
+    size_t panels = std::clamp<size_t>(ceil_div(n_panels * n_mb, kTargetItems), 1, max_panels);
+    panels = std::max(panels, ceil_div(kMinItemMacs, g.rows_per * K * bs.nr));
+    g.cols_per = panels * bs.nr;
   }
-  return best;
+  g.n_mb = ceil_div(M, g.rows_per);
+  g.n_nb = ceil_div(N, g.cols_per);
+  return g;
 }
 
-// The blocked/decode kernels over a tm × tn grid of regions of `call`, with thread-local scratch.
+// The blocked/decode kernels over the call's items, on up to n_threads participants.
 void run_blocked(const GemmKernels& kern, const GemmCall& call, int n_threads) {
   const BlockSizes& bs = kern.bs;
-  const int nt = resolve_threads(n_threads);
-  const Grid grid = choose_grid(call.M, call.N, bs, nt);
+  const int threads = call.M * call.N * call.K < kParallelMinMacs ? 1 : resolve_threads(n_threads);
+  const ItemGrid grid = item_grid(call.M, call.N, call.K, bs);
   const size_t k_block = std::min(gemm_detail::k_slice(bs, call.M, call.K), call.K);
   // gemm() admits one kind of sharing between an epilogue operand and dst: the operand IS dst (same stride). With
   // one K slice each element is read before it is written; with several, dst holds partial sums first, so the
-  // operand is copied per region before the kernel runs. Each region copies exactly the elements it writes, so no
-  // thread reads what another writes (a partial overlap would break that: gemm() rejects it).
+  // operand is copied per item before the kernel runs. Each item copies exactly the elements it writes, so no
+  // participant reads what another writes (a partial overlap would break that: gemm() rejects it).
   const bool sliced = k_block < call.K;
   const bool copy_multiply = sliced && call.multiply == call.dst;
   const bool copy_residual = sliced && call.residual == call.dst;
 
-  run_threads(static_cast<int>(grid.tm * grid.tn), [&](int t) {
+  // Column-block-major: consecutive items share a column block of the weights, so participants working at the
+  // same time read the same weights (once from DRAM) and different rows of src.
+  parallel_for(threads, grid.count(), [&](size_t item, int) {
     static thread_local AlignedBuffer<float> multiply_copy, residual_copy;
-    const size_t tmi = static_cast<size_t>(t) / grid.tn, tni = static_cast<size_t>(t) % grid.tn;
-    const Range mr = split_range(call.M, grid.tm, tmi, bs.mr);
-    const Range nr = split_range(call.N, grid.tn, tni, bs.nr);
-    if (mr.begin >= mr.end || nr.begin >= nr.end) return;
+    const size_t mb = item % grid.n_mb, nb = item / grid.n_mb;
+    const Range mr = chunk_range(call.M, grid.rows_per, mb);
+    const Range nr = chunk_range(call.N, grid.cols_per, nb);
     GemmCall local = call;
     const size_t rows_t = mr.end - mr.begin, cols_t = nr.end - nr.begin;
     auto copy_region = [&](AlignedBuffer<float>& buf, const float* p, size_t ld, const float*& out_p,
@@ -169,7 +169,7 @@ void run_blocked(const GemmKernels& kern, const GemmCall& call, int n_threads) {
     if (copy_residual)
       copy_region(residual_copy, call.residual, call.ld_residual, local.residual, local.ld_residual,
                   local.residual_m0, local.residual_n0);
-    // No barrier between the copies and the kernels: a region's copy reads only the elements that region writes.
+    // No barrier between the copies and the kernels: an item's copy reads only the elements that item writes.
     kern.region(local, mr.begin, mr.end, nr.begin, nr.end);
   });
 }
@@ -319,23 +319,24 @@ void gemm_unpacked(Isa isa, size_t M, size_t N, size_t K, float alpha, const flo
                                                    : overlaps(B, ldb, N, K, C, ldc, M, N)))
     throw Error(where() + ": C overlaps A or B");
   const GemmKernels& kern = kernels_for(isa);
-  const int nt = resolve_threads(n_threads);
+  const int threads = M * N * K < kParallelMinMacs ? 1 : resolve_threads(n_threads);
   if (M <= 4) {
-    // Split N in chunks that keep the direct kernel's vector blocks whole (64 columns).
-    const int parts = static_cast<int>(std::min<size_t>(nt, (N + 63) / 64));
-    run_threads(parts, [&](int t) {
-      const Range r = split_range(N, parts, t, 64);
-      if (r.begin < r.end) kern.direct(M, N, K, alpha, A, lda, B, ldb, kn, C, ldc, r.begin, r.end);
+    // Items of 64 columns (the direct kernel's vector blocks stay whole), wider when K is short.
+    const size_t cols_per = round_up(std::max<size_t>(1, kMinItemMacs / (M * K)), 64);
+    parallel_for(threads, ceil_div(N, cols_per), [&](size_t item, int) {
+      const Range r = chunk_range(N, cols_per, item);
+      kern.direct(M, N, K, alpha, A, lda, B, ldb, kn, C, ldc, r.begin, r.end);
     });
     return;
   }
-  const size_t nr = kern.bs.nr, n_panels = (N + nr - 1) / nr;
+  const size_t nr = kern.bs.nr, n_panels = ceil_div(N, nr);
   grow(ws.impl().panels, n_panels * nr * K);
   float* panels = ws.impl().panels.data();
-  const int pack_parts = static_cast<int>(std::min<size_t>(nt, n_panels));
-  run_threads(pack_parts, [&](int t) {
-    const Range r = split_range(N, pack_parts, t, nr);
-    if (r.begin < r.end) kern.pack(B, ldb, kn, N, K, r.begin, r.end, panels);
+  // Packing: items of whole panels, each written by the item that packs it (then the product, a second job).
+  const size_t pack_cols = round_up(std::max<size_t>(1, kMinItemMacs / K), nr);
+  parallel_for(threads, ceil_div(N, pack_cols), [&](size_t item, int) {
+    const Range r = chunk_range(N, pack_cols, item);
+    kern.pack(B, ldb, kn, N, K, r.begin, r.end, panels);
   });
   GemmCall call{A, lda, M, N, K, panels, C, ldc, alpha, nullptr, Activation::none, nullptr, 0, nullptr, 0, 0, 0, 0, 0};
   run_blocked(kern, call, n_threads);

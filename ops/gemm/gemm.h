@@ -9,10 +9,12 @@
 // oneDNN is not linked into the engine: it is a peer in benchmarks and a cross-check in tests only
 // (perf/common/onednn_peer.h).
 // Accuracy: float accumulation in a fixed order per element; |error| ≲ K·ε·Σ|a·b| (tests use that bound).
-// Threading: OpenMP with the caller's thread count (0 = resolve_threads default). The output is split over N (and
-// M), never over K, and the K order per element depends only on M and the ISA: results are bit-identical for any
-// thread count. gemm() is thread-safe on a const PackedWeights. Scratch (packed A blocks) lives in thread_local
-// buffers that grow once per thread and are reused (no per-call allocation once warm).
+// Threading: parallel_for (ops/base/thread_pool.h) with the caller's thread count (0 = resolve_threads default);
+// under 2^15 multiply-adds one thread. The output is cut into work items over N (and M, for M > 16), never over K;
+// item borders depend on the shape only and the K order per element only on M and the ISA: results are
+// bit-identical for any thread count. gemm() is thread-safe on a const PackedWeights. A is not packed (read in
+// place); the only scratch, copies of an epilogue operand that is dst itself, lives in thread_local buffers that
+// grow once per thread and are reused (no per-call allocation once warm).
 #pragma once
 
 #include <sqrtdk/isa.h>
@@ -40,7 +42,7 @@ struct GemmEpilogue {
 };
 // Aliasing: multiply or residual may BE dst (same pointer, same stride: the in-place residual add); each element is
 // then read before it is written. Any other sharing of elements with dst (a shifted pointer, another stride) is
-// rejected by gemm() with sqrtdk::Error: threads write their regions of dst while others still read theirs.
+// rejected by gemm() with sqrtdk::Error: work items write their regions of dst while others still read theirs.
 // Operands interleaved with dst in one buffer but sharing no element with it (e.g. other columns) are fine.
 
 // The blocking of an ISA's kernel (tile MR × NR, K slice KC, row block MC, column block NC), e.g. for tests that
@@ -93,7 +95,7 @@ void gemm_ref(const float* src, size_t M, size_t lda, const float* weights, size
 //   BLayout::kn: B is [K, N] (row stride ldb), op(B) = B   (P·V)
 // Scratch comes from the caller's workspace: no allocation once it has grown to the largest shape seen.
 // M ≤ 4 runs directly on B (dot products / row updates: packing would cost as much as the math); larger M packs B
-// into the workspace and runs the blocked kernel. Deterministic for any n_threads (split over N and M).
+// into the workspace and runs the blocked kernel. Deterministic for any n_threads (items over N and M).
 enum class BLayout { nk, kn };
 class GemmWorkspace {
  public:

@@ -15,7 +15,7 @@ namespace sqrtdk::ops::gemm_detail {
 struct BlockSizes {
   size_t mr;  // microkernel rows
   size_t nr;  // microkernel columns = packed panel width
-  size_t kc;  // K slice: a B micro-panel kc×nr stays in L1 while A micro-panels stream from L2
+  size_t kc;  // K slice: the kc×nr B micro-panel, reused by every row tile (avx512 192 KiB: L2; avx2 48 KiB: L1)
   size_t mc;  // rows of A per block (a multiple of mr): an mc×kc slice of A sits in L2
   size_t nc;  // columns per block (a multiple of nr): the mc×nc partial sums stay in L2 across K slices
 };
@@ -47,8 +47,8 @@ inline size_t k_slice(const BlockSizes& bs, size_t M, size_t K) { return M <= bs
 // One ISA's kernels and their block sizes (data, from the ISA's TU, where each was measured). Kernels never
 // allocate or throw.
 //   region: computes dst rows [m0, m1) × columns [n0, n1) of the call (n0 a multiple of nr, m0 a multiple of mr,
-//           so the tile grid is the same for any thread split); src rows are read in place. SIMD: M == 1 takes the
-//           streaming decode kernel (k-interleaved accumulators), else the blocked path.
+//           so the tile grid is the same for any split into work items); src rows are read in place. SIMD: M == 1
+//           takes the streaming decode kernel (k-interleaved accumulators), else the blocked path.
 //   pack:   writes panels [n0/nr, ceil(n1/nr)) of B (layout nk: [N, K]; kn: [K, N]) into `panels` (the full
 //           ceil(N/nr)·K·nr array), zero-padding columns ≥ N.
 //   direct: C[:, n0:n1] = alpha·A·op(B) for small M without packing.

@@ -7,8 +7,9 @@
 //       GFLOP/s, and the packing pass cost ~3% of a 512×768×768 product),
 //   Bp: a packed B micro-panel [kc][NR], NR = NV · lanes, 64-byte aligned, zero-padded beyond N,
 //   C:  row stride ldc; only columns [0, n) with n ≤ NR are read or written (masked at the edge).
-//   accumulate = false: C is never read (first K slice). Rows are exact: MR is the tile's real row count
-//   (one instantiation per row count 1..MR, so edge tiles do no wasted FMAs).
+//   accumulate = false: C is never read (first K slice); true: the accumulators start from C's partial sums.
+//   Rows are exact: MR is the tile's real row count (one instantiation per row count 1..MR, so edge tiles do no
+//   wasted FMAs).
 //   Sum order per element: acc starts at C_partial (0 on the first slice), acc += a·b in k order (fma), then the
 //   epilogue. That order depends only on the tile grid, never on the thread split.
 // The decode kernel (gemm_decode_panel) computes one panel of a 1 × K row with U k-interleaved accumulator sets
@@ -76,12 +77,12 @@ Vec<Arch> apply_epilogue(Vec<Arch> v, const GemmCall& call, size_t m, size_t n, 
   return v;
 }
 
-// Writes a finished tile (accumulators spilled to `tile` [rows][NR]) to C: adds the partial sums already in C when
-// `accumulate`, applies alpha and the epilogue when `last`, masks the columns past n. Kept out of line so the
+// Writes a finished tile (accumulators spilled to `tile` [rows][NR], partial sums of earlier K slices already
+// included) to C: applies alpha and the epilogue when `last`, masks the columns past n. Kept out of line so the
 // epilogue's register pressure (exp) never makes the compiler spill the microkernel's accumulators.
 template <class Arch, int NV>
 __attribute__((noinline)) void store_tile(const float* tile, size_t rows, float* c, size_t ldc, size_t n,
-                                          bool accumulate, const GemmCall* last, size_t m_global, size_t n_global) {
+                                          const GemmCall* last, size_t m_global, size_t n_global) {
   using V = Vec<Arch>;
   constexpr size_t L = V::size, NR = NV * L;
   const float alpha = last ? last->alpha : 1.0f;
@@ -90,7 +91,6 @@ __attribute__((noinline)) void store_tile(const float* tile, size_t rows, float*
     for (size_t j = 0; j < NV && j * L < n; ++j) {
       const size_t count = std::min(L, n - j * L);
       V v = V::load_aligned(tile + r * NR + j * L);
-      if (accumulate) v += load_n<Arch>(cr + j * L, count);
       if (last) {
         if (alpha != 1.0f) v *= V(alpha);
         v = apply_epilogue<Arch>(v, *last, m_global + r, n_global + j * L, count);
@@ -161,7 +161,7 @@ void gemm_ukernel(size_t kc, const float* __restrict a, size_t lda, const float*
   for (int r = 0; r < MR; ++r)
 #pragma GCC unroll 8
     for (int j = 0; j < NV; ++j) acc[r][j].store_aligned(tile + r * NR + j * L);
-  store_tile<Arch, NV>(tile, MR, c, ldc, n, false, plain ? nullptr : last, m_global, n_global);
+  store_tile<Arch, NV>(tile, MR, c, ldc, n, plain ? nullptr : last, m_global, n_global);
 }
 
 template <class Arch, int MR, int NV>
@@ -217,13 +217,13 @@ void gemm_decode_panel(size_t K, const float* __restrict a, const float* __restr
   alignas(64) float tile[NR];
 #pragma GCC unroll 8
   for (int j = 0; j < NV; ++j) acc[0][j].store_aligned(tile + j * L);
-  store_tile<Arch, NV>(tile, 1, c, 0, n, false, &call, 0, n_global);
+  store_tile<Arch, NV>(tile, 1, c, 0, n, &call, 0, n_global);
 }
 
-// The loops for one thread's region of dst. The weights are packed once at load and A is read in place, so there
-// is no packing loop. Order: ic (MC rows: the mc × kc slice of A stays in L2) → jc (NC columns: the MC × NC partial
-// sums stay in L2 across the K slices) → pc (KC) → jr (NR: the kc × NR B micro-panel is reused by every row tile)
-// → ir (MR).
+// The loops for one region of dst (one work item). The weights are packed once at load and A is read in place, so
+// there is no packing loop. Order: ic (MC rows: the mc × kc slice of A stays in L2) → jc (NC columns: the MC × NC
+// partial sums stay in L2 across the K slices) → pc (KC) → jr (NR: the kc × NR B micro-panel is reused by every row
+// tile) → ir (MR).
 template <class Arch, int MR, int NV, int DecodeU>
 void gemm_region(const BlockSizes& bs, const GemmCall& call, size_t m0, size_t m1, size_t n0, size_t n1) {
   constexpr size_t NR = NV * Vec<Arch>::size;
@@ -275,7 +275,8 @@ void pack_panels(const float* b, size_t ldb, bool b_is_kn, size_t N, size_t K, s
         for (size_t j = cols; j < NR; ++j) d[j] = 0.0f;
       }
     } else {
-      // Transpose in 8-row strips: each source row is read sequentially, each strip writes whole lines.
+      // Transpose in blocks of 64 k: for each of the panel's NR columns, 64 consecutive floats of its source row
+      // (four cache lines) are read and written down one column of the block's 64 × NR floats, which stay in L1.
       for (size_t k0 = 0; k0 < K; k0 += 64) {
         const size_t k1 = std::min(K, k0 + 64);
         for (size_t j = 0; j < NR; ++j) {

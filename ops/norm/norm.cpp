@@ -7,6 +7,7 @@
 
 #include <sqrtdk/error.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -25,23 +26,23 @@ void check_rows(const char* op, const float* src, size_t n_rows, size_t d, size_
   if (!(eps > 0.0f) || !std::isfinite(eps)) throw Error(where + "eps must be finite and > 0, got " + std::to_string(eps));
 }
 
-// Runs fn(row_begin, row_end) over the rows split between n_threads (never more threads than rows). Under 2^16
-// elements (a few microseconds) one thread, as softmax does: a parallel region costs more than that, and on a busy
-// machine its barrier can wait a whole scheduler slice for a descheduled thread. Rows are independent: the split
+// Runs fn(row_begin, row_end) over the rows: under 2^16 elements (a few microseconds) on one thread, as softmax
+// does, since waking a helper costs more than that; above, over items of whole rows, ~kChunkElements each (the
+// boundaries depend on the shape only), claimed by the participants as they come. Rows are independent: the split
 // changes no result.
 template <class F>
 void for_row_ranges(size_t n_rows, size_t d, int n_threads, F fn) {
-  const size_t by_work = n_rows * d < (size_t{1} << 16) ? 1 : static_cast<size_t>(resolve_threads(n_threads));
-  const int threads = static_cast<int>(std::min(by_work, n_rows));
+  constexpr size_t kChunkElements = size_t{1} << 14;
+  const int threads = n_rows * d < (size_t{1} << 16) ? 1 : resolve_threads(n_threads);
   if (threads <= 1) {
     fn(size_t{0}, n_rows);
     return;
   }
-#pragma omp parallel num_threads(threads)
-  {
-    const Range range = split_range(n_rows, static_cast<size_t>(threads), static_cast<size_t>(omp_get_thread_num()));
-    fn(range.begin, range.end);
-  }
+  const size_t rows_per_item = std::max<size_t>(1, kChunkElements / d);
+  parallel_for(threads, chunk_count(n_rows, rows_per_item), [&](size_t item, int) {
+    const Range r = chunk_range(n_rows, rows_per_item, item);
+    fn(r.begin, r.end);
+  });
 }
 
 }  // namespace

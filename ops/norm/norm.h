@@ -8,8 +8,8 @@
 // Accuracy: the *_ref versions accumulate statistics in double (the spec); the SIMD versions keep float
 // accumulators (several partial sums, two passes for the variance) and agree with ref within 2e-5 relative
 // (tests/ops/test_norm.cpp states the measured error).
-// Threading: rows are split over n_threads (0 = resolve_threads default); each row is computed by one thread with
-// a fixed order, so the result is bit-identical for any thread count.
+// Threading: items of whole rows (~16 Ki floats) claimed by up to n_threads (0 = resolve_threads default); each
+// row is computed by one thread with a fixed order, so the result is bit-identical for any thread count.
 // Errors: sqrtdk::Error for d == 0, ld < d, null pointers, or eps not > 0 / not finite.
 #pragma once
 

@@ -8,6 +8,7 @@
 
 #include <sqrtdk/error.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -35,23 +36,24 @@ void softmax_rows(Isa isa, size_t n_rows, size_t n_cols, const float* src, size_
   if (mask.additive != nullptr && mask.ld < n_cols) throw Error(shape + ": mask.ld must be >= n_cols");
   if (!std::isfinite(scale)) throw Error(shape + ": scale must be finite, got " + std::to_string(scale));
   // Under 2^16 elements (~15 us on one core) waking a second thread costs more than it saves (measured: 64×64 at 2
-  // threads ran at a quarter of the 1-thread rate per core): one thread. Rows are independent, so the split never
-  // changes the results.
-  const size_t by_work = n_rows * n_cols < (size_t{1} << 16) ? 1 : static_cast<size_t>(resolve_threads(n_threads));
-  const int threads = static_cast<int>(std::min(by_work, n_rows));
+  // threads ran at a quarter of the 1-thread rate per core): one thread. Above, items of kChunkElements (whole
+  // rows; a chunk's boundaries depend on the shape only) so a late helper's share is picked up by the others. Rows
+  // are independent, so the split never changes the results.
+  constexpr size_t kChunkElements = size_t{1} << 14;
+  const int threads = n_rows * n_cols < (size_t{1} << 16) ? 1 : resolve_threads(n_threads);
   const SoftmaxKernels& kernels = select_kernel(softmax_kernels(), isa).kernels;
   if (threads <= 1) {
     kernels.rows(n_rows, n_cols, src, ld_src, dst, ld_dst, scale, mask);
     return;
   }
-#pragma omp parallel num_threads(threads)
-  {
-    const Range r = split_range(n_rows, static_cast<size_t>(threads), static_cast<size_t>(omp_get_thread_num()));
+  const size_t rows_per_item = std::max<size_t>(1, kChunkElements / n_cols);
+  parallel_for(threads, chunk_count(n_rows, rows_per_item), [&](size_t item, int) {
+    const Range r = chunk_range(n_rows, rows_per_item, item);
     SoftmaxMask m = mask;
     if (m.additive) m.additive += r.begin * m.ld;
     m.pos0 += r.begin;  // row r.begin + i keeps columns 0 .. pos0 + r.begin + i
     kernels.rows(r.end - r.begin, n_cols, src + r.begin * ld_src, ld_src, dst + r.begin * ld_dst, ld_dst, scale, m);
-  }
+  });
 }
 
 void exp_rr2_p5(Isa isa, const float* src, float* dst, size_t n) {

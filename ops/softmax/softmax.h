@@ -11,8 +11,8 @@
 //   and the normalization, the float sum of n terms, and the float roundings of y and of y - max, which exp turns
 //   into a relative error of its result (a probability of 1e-8 has |y - max| ~ 18, so ~1e-6 relative); rows of
 //   1 .. 100 000 columns sum to 1 within 1e-6.
-//   Threading: rows split over n_threads (0 = default); each row is computed by one thread, so the result is
-//   bit-identical for any thread count. src == dst (in place) is allowed; other overlaps are not.
+//   Threading: items of whole rows claimed by up to n_threads (0 = default); each row is computed by one thread,
+//   so the result is bit-identical for any thread count. src == dst (in place) is allowed; other overlaps are not.
 #pragma once
 
 #include <sqrtdk/isa.h>

@@ -76,8 +76,7 @@ TEST_CASE("concurrency: no thread burns CPU while idle after work") {
   so.n_threads = 2;
   Session s(model, so);
   for (int i = 0; i < 5; ++i) s.prefill(std::vector<uint32_t>{1, 2, 3, 4, 5, 6, 7, 8});
-  // Let the OpenMP runtime's brief post-region spin run out (libgomp: GOMP_SPINCOUNT, well under 100 ms; LLVM's
-  // libomp, used by the clang/TSan build: KMP_BLOCKTIME = 200 ms), then measure a second of idling.
+  // Let the pool's brief post-job spin run out (ops/base/thread_pool.cpp: 50 us), then measure a second of idling.
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   const double cpu0 = process_cpu_seconds();
   std::this_thread::sleep_for(std::chrono::seconds(1));

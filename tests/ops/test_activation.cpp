@@ -160,19 +160,29 @@ TEST_CASE("activation: swiglu and add, every ISA, every tail; add is exact") {
   }
 }
 
-TEST_CASE("activation: 1 and 2 threads give the same bits; null pointers are errors") {
-  const size_t n = 100003;  // above the per-thread minimum, with a tail
+TEST_CASE("activation: 1, 2, 3 and 4 threads give the same bits; null pointers are errors") {
+  const size_t n = 100003;  // 7 items of 16 Ki floats, the last with a tail
   const std::vector<float> x = make_input(n, 5, -8.0f, 8.0f), y = make_input(n, 6, -8.0f, 8.0f);
   for (const auto& kernel : ops::runnable_kernels(ops::activation_kernels())) {
     const Isa isa = kernel.isa;
     CAPTURE(std::string(kernel.name));
-    std::vector<float> a = x, b = x;
-    ops::gelu_tanh(isa, a.data(), n, 1);
-    ops::gelu_tanh(isa, b.data(), n, 2);
-    CHECK(a == b);
-    ops::swiglu(isa, x.data(), y.data(), a.data(), n, 1);
-    ops::swiglu(isa, x.data(), y.data(), b.data(), n, 2);
-    CHECK(a == b);
+    std::vector<float> gelu1 = x, silu1(n), swiglu1(n), add1(n);
+    ops::gelu_tanh(isa, gelu1.data(), n, 1);
+    ops::silu(isa, x.data(), silu1.data(), n, 1);
+    ops::swiglu(isa, x.data(), y.data(), swiglu1.data(), n, 1);
+    ops::add(isa, x.data(), y.data(), add1.data(), n, 1);
+    for (int threads : {2, 3, 4}) {
+      CAPTURE(threads);
+      std::vector<float> out = x;
+      ops::gelu_tanh(isa, out.data(), n, threads);
+      CHECK(out == gelu1);
+      ops::silu(isa, x.data(), out.data(), n, threads);
+      CHECK(out == silu1);
+      ops::swiglu(isa, x.data(), y.data(), out.data(), n, threads);
+      CHECK(out == swiglu1);
+      ops::add(isa, x.data(), y.data(), out.data(), n, threads);
+      CHECK(out == add1);
+    }
   }
   CHECK_THROWS_AS(ops::silu(default_isa(), nullptr, 4), Error);
   CHECK_NOTHROW(ops::silu(default_isa(), nullptr, 0));

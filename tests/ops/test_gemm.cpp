@@ -319,10 +319,12 @@ TEST_CASE("gemm: multiply/residual in the same buffer as dst but sharing no elem
         }
 }
 
-TEST_CASE("gemm: results are bit-identical for 1, 2 and 3 threads") {
+TEST_CASE("gemm: results are bit-identical for 1, 2, 3 and 4 threads") {
+  // Shapes with one work item and with many (decode panels, small-M column items, a 2D grid of row × column
+  // blocks), with several K slices (K > kc) and the in-place residual (each item copies its own operand region).
   for (const auto& kernel : runnable_kernels(gemm_detail::gemm_kernels()))
     for (const auto& shape : {std::tuple<size_t, size_t, size_t>{1, 1000, 300}, {4, 333, 64}, {16, 200, 257},
-                              {100, 130, 520}, {200, 64, 40}}) {
+                              {100, 130, 520}, {200, 64, 40}, {150, 700, 800}, {1, 4100, 64}}) {
       const size_t M = std::get<0>(shape), N = std::get<1>(shape), K = std::get<2>(shape);
       CAPTURE(std::string(kernel.name));
       CAPTURE(M);
@@ -330,20 +332,32 @@ TEST_CASE("gemm: results are bit-identical for 1, 2 and 3 threads") {
       const auto src = random_vector(M * K, 60);
       const auto w = random_vector(N * K, 61);
       const auto bias = random_vector(N, 62);
+      const auto residual = random_vector(M * N, 63);
       GemmEpilogue e;
       e.bias = bias.data();
       e.activation = Activation::gelu_tanh;
       const PackedWeights packed = PackedWeights::pack(w.data(), N, K, K, kernel.isa);
-      std::vector<float> one(M * N), two(M * N), three(M * N);
+      std::vector<float> one(M * N);
       gemm(src.data(), M, K, packed, one.data(), N, e, 1);
-      gemm(src.data(), M, K, packed, two.data(), N, e, 2);
-      gemm(src.data(), M, K, packed, three.data(), N, e, 3);
-      CHECK(std::memcmp(one.data(), two.data(), one.size() * sizeof(float)) == 0);
-      CHECK(std::memcmp(one.data(), three.data(), one.size() * sizeof(float)) == 0);
+      std::vector<float> one_residual = residual;  // residual == dst: the in-place add of the residual stream
+      GemmEpilogue in_place;
+      in_place.residual = one_residual.data();
+      in_place.ld_residual = N;
+      gemm(src.data(), M, K, packed, one_residual.data(), N, in_place, 1);
+      for (int threads : {2, 3, 4}) {
+        CAPTURE(threads);
+        std::vector<float> out(M * N);
+        gemm(src.data(), M, K, packed, out.data(), N, e, threads);
+        CHECK(std::memcmp(one.data(), out.data(), one.size() * sizeof(float)) == 0);
+        out = residual;
+        in_place.residual = out.data();
+        gemm(src.data(), M, K, packed, out.data(), N, in_place, threads);
+        CHECK(std::memcmp(one_residual.data(), out.data(), out.size() * sizeof(float)) == 0);
+      }
     }
 }
 
-TEST_CASE("gemm_unpacked: both B layouts, every ISA, 1 vs 2 threads bitwise") {
+TEST_CASE("gemm_unpacked: both B layouts, every ISA, 1 vs 2, 3 and 4 threads bitwise") {
   GemmWorkspace ws;
   for (const auto& kernel : runnable_kernels(gemm_detail::gemm_kernels()))
     for (BLayout layout : {BLayout::nk, BLayout::kn})
@@ -363,8 +377,12 @@ TEST_CASE("gemm_unpacked: both B layouts, every ISA, 1 vs 2 threads bitwise") {
             std::vector<float> ref(M * ldc, kSentinel), c1(M * ldc, kSentinel), c2(M * ldc, kSentinel);
             gemm_unpacked_ref(M, N, K, alpha, A.data(), lda, B.data(), ldb, layout, ref.data(), ldc);
             gemm_unpacked(kernel.isa, M, N, K, alpha, A.data(), lda, B.data(), ldb, layout, c1.data(), ldc, ws, 1);
-            gemm_unpacked(kernel.isa, M, N, K, alpha, A.data(), lda, B.data(), ldb, layout, c2.data(), ldc, ws, 2);
-            REQUIRE(std::memcmp(c1.data(), c2.data(), c1.size() * sizeof(float)) == 0);
+            for (int threads : {2, 3, 4}) {
+              CAPTURE(threads);
+              gemm_unpacked(kernel.isa, M, N, K, alpha, A.data(), lda, B.data(), ldb, layout, c2.data(), ldc, ws,
+                            threads);
+              REQUIRE(std::memcmp(c1.data(), c2.data(), c1.size() * sizeof(float)) == 0);
+            }
             for (size_t m = 0; m < M; ++m) {
               for (size_t n = 0; n < N; ++n) {
                 double s = 0;

@@ -126,22 +126,30 @@ TEST_CASE("norm: in place equals out of place, any thread count gives the same b
   for (const auto& kernel : ops::runnable_kernels(ops::norm_kernels())) {
     const Isa isa = kernel.isa;
     CAPTURE(std::string(kernel.name));
-    // 97 rows x 768 = 74 496 elements: above the 2^16 under which the op stays on one thread, so 2 threads split.
+    // 97 rows x 768 = 74 496 elements: above the 2^16 under which the op stays on one thread, so threads split.
     const size_t rows = 97;
     NormCase c = make_case(rows, 768, 7);
     std::vector<float> out1(rows * c.ld_src), out2(rows * c.ld_src), inplace = c.src;
     ops::layer_norm(isa, c.src.data(), rows, 768, c.ld_src, c.weight.data(), c.bias.data(), 1e-5f, out1.data(), c.ld_src, 1);
-    ops::layer_norm(isa, c.src.data(), rows, 768, c.ld_src, c.weight.data(), c.bias.data(), 1e-5f, out2.data(), c.ld_src, 2);
-    ops::layer_norm(isa, inplace.data(), rows, 768, c.ld_src, c.weight.data(), c.bias.data(), 1e-5f, inplace.data(),
-                    c.ld_src, 2);
-    for (size_t r = 0; r < rows; ++r)
-      for (size_t i = 0; i < 768; ++i) {
-        REQUIRE(out1[r * c.ld_src + i] == out2[r * c.ld_src + i]);
-        REQUIRE(out1[r * c.ld_src + i] == inplace[r * c.ld_src + i]);
-      }
+    for (int threads : {2, 3, 4}) {  // items of 21 rows (16 Ki floats): 5 items, more than threads
+      CAPTURE(threads);
+      inplace = c.src;
+      ops::layer_norm(isa, c.src.data(), rows, 768, c.ld_src, c.weight.data(), c.bias.data(), 1e-5f, out2.data(),
+                      c.ld_src, threads);
+      ops::layer_norm(isa, inplace.data(), rows, 768, c.ld_src, c.weight.data(), c.bias.data(), 1e-5f,
+                      inplace.data(), c.ld_src, threads);
+      for (size_t r = 0; r < rows; ++r)
+        for (size_t i = 0; i < 768; ++i) {
+          REQUIRE(out1[r * c.ld_src + i] == out2[r * c.ld_src + i]);
+          REQUIRE(out1[r * c.ld_src + i] == inplace[r * c.ld_src + i]);
+        }
+    }
     ops::rms_norm(isa, c.src.data(), rows, 768, c.ld_src, c.weight.data(), 1e-5f, out1.data(), c.ld_src, 1);
-    ops::rms_norm(isa, c.src.data(), rows, 768, c.ld_src, c.weight.data(), 1e-5f, out2.data(), c.ld_src, 2);
-    for (size_t i = 0; i < out1.size(); ++i) REQUIRE(out1[i] == out2[i]);
+    for (int threads : {2, 3, 4}) {
+      CAPTURE(threads);
+      ops::rms_norm(isa, c.src.data(), rows, 768, c.ld_src, c.weight.data(), 1e-5f, out2.data(), c.ld_src, threads);
+      for (size_t i = 0; i < out1.size(); ++i) REQUIRE(out1[i] == out2[i]);
+    }
 
     // A constant row has variance 0: LayerNorm gives the bias exactly (x - mean = 0), RMSNorm of zeros gives 0.
     std::vector<float> constant(33, 4.25f), y(33);

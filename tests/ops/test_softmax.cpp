@@ -180,6 +180,40 @@ TEST_CASE("softmax: scale, additive mask, causal mask and strides against the re
   CHECK_THROWS_AS(softmax_rows(Isa::ref, 2, 4, x.data(), 3, out.data(), 4), Error);
 }
 
+TEST_CASE("softmax: 1, 2, 3 and 4 threads give the same bits, with causal and additive masks") {
+  // 300 rows × 1000 columns: items of 16 rows (16 Ki floats), 19 items, the last one short; the causal mask's
+  // pos0 and the additive mask's rows are offset per item.
+  const size_t n_rows = 300, n_cols = 1000, ld = 1003;
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> dist(-10.0f, 10.0f);
+  std::vector<float> x(n_rows * ld), additive(n_rows * ld);
+  for (auto& v : x) v = dist(rng);
+  for (size_t i = 0; i < additive.size(); ++i) additive[i] = i % 7 == 0 ? -kInf : 0.1f * dist(rng);
+  for (const auto& kernel : runnable_kernels(softmax_kernels())) {
+    const Isa isa = kernel.isa;
+    CAPTURE(std::string(kernel.name));
+    for (int masking = 0; masking < 2; ++masking) {
+      SoftmaxMask mask;
+      if (masking == 0) {
+        mask.causal = true;
+        mask.pos0 = 700;
+      } else {
+        mask.additive = additive.data();
+        mask.ld = ld;
+      }
+      CAPTURE(masking);
+      std::vector<float> one(n_rows * ld, 0.0f);
+      softmax_rows(isa, n_rows, n_cols, x.data(), ld, one.data(), ld, 0.5f, mask, 1);
+      for (int threads : {2, 3, 4}) {
+        CAPTURE(threads);
+        std::vector<float> out(n_rows * ld, 0.0f);
+        softmax_rows(isa, n_rows, n_cols, x.data(), ld, out.data(), ld, 0.5f, mask, threads);
+        CHECK(std::memcmp(one.data(), out.data(), out.size() * sizeof(float)) == 0);
+      }
+    }
+  }
+}
+
 TEST_CASE("softmax: exp_rr2_p5 max ulp error over the float range (every 61st float) and special values") {
   // Below 2^-25 in magnitude exp rounds to 1; above 88.73 to inf, below -103.98 to 0: the sweep covers the whole
   // interesting range (|x| in [2^-26, 110]) at stride 61: 9.0M values, 1/61 of the floats where exp is neither

@@ -25,7 +25,7 @@ namespace sqrtdk {
 struct SessionOptions {
   size_t max_context = 0;   // KV cache length; 0: the model's max_seq. Larger than max_seq is an error.
   size_t max_batch = 512;   // tokens per forward chunk in prefill (bounds scratch; prefill is chunked)
-  int n_threads = 0;        // threads per call; 0: OpenMP default (OMP_NUM_THREADS or cores)
+  int n_threads = 0;        // threads per call; 0: OMP_NUM_THREADS if set, else the CPUs we may run on
 };
 
 struct SessionState;  // engine-internal

@@ -316,8 +316,8 @@ void check_distinct(const std::string& P, const std::vector<TensorInfo>& tensors
 
 // ---- step 6: scan the data ----
 // Verifies each tensor's CRC-32 and/or counts its NaN/Inf values, as asked, over 4 MiB pieces in parallel.
-// Threads only pay off for big files: starting an OpenMP team costs ~10 us idle and milliseconds on a busy
-// machine, while 1 MiB takes ~50 us to checksum.
+// Threads only pay off for big files: waking a helper costs microseconds, while 1 MiB takes ~50 us to checksum.
+// Pieces are the items, claimed as they come (ops/base/thread_pool.h).
 void scan_data(const std::string& P, const unsigned char* h, const std::vector<TensorInfo>& tensors,
                const LoadOptions& options) {
   if (!options.verify_checksums && !options.check_finite) return;
@@ -325,11 +325,10 @@ void scan_data(const std::string& P, const unsigned char* h, const std::vector<T
   for (const auto& t : tensors) total_bytes += t.size;
   const int n_threads = total_bytes >= (uint64_t{1} << 20) ? resolve_threads(options.n_threads) : 1;
   std::vector<Piece> pieces = make_pieces(tensors);
-  const int64_t n_pieces = static_cast<int64_t>(pieces.size());
   if (options.verify_checksums) {
-#pragma omp parallel for schedule(dynamic, 1) num_threads(n_threads) if (n_threads > 1)
-    for (int64_t k = 0; k < n_pieces; ++k)
+    parallel_for(n_threads, pieces.size(), [&](size_t k, int) {
       pieces[k].result = scan_piece(h, pieces[k], [](const unsigned char* p, uint64_t n) { return crc32(p, n); });
+    });
     std::vector<uint32_t> crc(tensors.size(), 0);
     for (const Piece& p : pieces) crc[p.tensor] = crc32_combine(crc[p.tensor], static_cast<uint32_t>(p.result), p.size);
     for (size_t i = 0; i < tensors.size(); ++i)
@@ -338,11 +337,11 @@ void scan_data(const std::string& P, const unsigned char* h, const std::vector<T
                          hex32(tensors[i].crc32) + ", computed " + hex32(crc[i]) + " (the data is corrupt)");
   }
   if (options.check_finite) {
-#pragma omp parallel for schedule(dynamic, 1) num_threads(n_threads) if (n_threads > 1)
-    for (int64_t k = 0; k < n_pieces; ++k)
+    parallel_for(n_threads, pieces.size(), [&](size_t k, int) {
       pieces[k].result = scan_piece(h, pieces[k], [&](const unsigned char* p, uint64_t n) {
         return count_nonfinite_bytes(p, n, tensors[pieces[k].tensor].dtype);
       });
+    });
     std::vector<uint64_t> bad(tensors.size(), 0);
     for (const Piece& p : pieces) bad[p.tensor] += p.result;
     for (size_t i = 0; i < tensors.size(); ++i)

@@ -1,0 +1,260 @@
+// ThreadPool (ops/base/thread_pool.h): every item exactly once; the caller finishes a job alone when its helpers
+// are held back (the busy-machine mechanism, issue 13); late helpers never touch a finished job; exceptions;
+// nested calls; concurrent callers. Op-level determinism across thread counts is in each op's own test file.
+#include <doctest/doctest.h>
+
+#include "ops/base/thread_pool.h"
+#include "ops/base/threading.h"
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <future>
+#include <mutex>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+using namespace sqrtdk;
+
+namespace {
+
+// Runs parallel_for(n_threads, n_items) on `pool` and checks that every item ran exactly once, on a worker in
+// [0, n_threads).
+void check_each_item_once(ThreadPool& pool, int n_threads, size_t n_items) {
+  std::vector<std::atomic<int>> runs(n_items);
+  std::atomic<int> bad_worker{0};
+  pool.parallel_for(n_threads, n_items, [&](size_t item, int worker) {
+    runs[item].fetch_add(1, std::memory_order_relaxed);
+    if (worker < 0 || worker >= n_threads) bad_worker.fetch_add(1, std::memory_order_relaxed);
+  });
+  size_t wrong = 0;
+  for (auto& r : runs) wrong += r.load() != 1;
+  CHECK(wrong == 0);
+  CHECK(bad_worker.load() == 0);
+}
+
+// A gate the test holds helpers at: closed until open() is called.
+class Gate {
+ public:
+  void pass() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    ++waiting_;
+    cv_.notify_all();
+    cv_.wait(lock, [&] { return open_; });
+    --waiting_;
+  }
+  void open() {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    open_ = true;
+    cv_.notify_all();
+  }
+  // Waits (up to `timeout`) until `count` threads are held at the gate.
+  bool wait_for_waiting(int count, std::chrono::seconds timeout) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    return cv_.wait_for(lock, timeout, [&] { return waiting_ >= count; });
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  int waiting_ = 0;
+  bool open_ = false;
+};
+
+}  // namespace
+
+TEST_CASE("thread_pool: every item runs exactly once, on a worker id below n_threads") {
+  ThreadPool pool;
+  for (int n_threads = 1; n_threads <= 4; ++n_threads)
+    for (size_t n_items : {size_t{0}, size_t{1}, size_t(n_threads - 1), size_t(n_threads), size_t{1000},
+                           size_t{100003}}) {
+      CAPTURE(n_threads);
+      CAPTURE(n_items);
+      check_each_item_once(pool, n_threads, n_items);
+    }
+  CHECK(pool.helpers() == 3);  // started on demand, up to the largest n_threads − 1
+  // The calling thread's own pool, through the free function.
+  for (int n_threads = 1; n_threads <= 4; ++n_threads) {
+    std::vector<std::atomic<int>> runs(777);
+    parallel_for(n_threads, runs.size(), [&](size_t item, int) { runs[item].fetch_add(1); });
+    for (auto& r : runs) REQUIRE(r.load() == 1);
+  }
+}
+
+TEST_CASE("thread_pool: many small jobs back to back, spinning and sleeping helpers") {
+  // Jobs of 2..5 items in quick succession: helpers wake late, find finished jobs, join later ones. With spin 0
+  // every wait is a futex sleep; with the default, helpers often catch the next job while spinning.
+  for (bool sleep_only : {true, false}) {
+    ThreadPool::Options options;
+    if (sleep_only) options.spin = std::chrono::nanoseconds(0);
+    ThreadPool pool(options);
+    CAPTURE(sleep_only);
+    long total = 0, expected = 0;
+    for (int job = 0; job < 20000; ++job) {
+      const size_t n_items = 2 + job % 4;
+      std::vector<int> runs(n_items, 0);  // plain ints: each item is written by one participant only
+      pool.parallel_for(2 + job % 3, n_items, [&](size_t item, int) { runs[item] += 1; });
+      for (int r : runs) total += r;
+      expected += static_cast<long>(n_items);
+    }
+    CHECK(total == expected);
+  }
+}
+
+TEST_CASE("thread_pool: the caller finishes a job alone while its helpers are held back (busy machine)") {
+  // On a busy machine a helper may not run for a whole scheduler time slice. The caller must not wait for it: it
+  // claims every item itself and returns. Here the helpers are held at a gate as they wake, before they claim
+  // anything, until the job has returned. An implementation that waits for its threads (an OpenMP barrier) never
+  // returns: the watchdog turns that into a failure instead of a hung test.
+  constexpr int kThreads = 4;
+  Gate gate;
+  ThreadPool::Options options;
+  options.before_helper_claims = [&] { gate.pass(); };
+  ThreadPool pool(options);
+  constexpr size_t kItems = 1000;
+  std::vector<std::atomic<int>> runs(kItems);
+  std::atomic<int> by_helpers{0};
+
+  auto job = std::async(std::launch::async, [&] {
+    pool.parallel_for(kThreads, kItems, [&](size_t item, int worker) {
+      runs[item].fetch_add(1);
+      if (worker != 0) by_helpers.fetch_add(1);
+    });
+  });
+  const bool finished = job.wait_for(std::chrono::seconds(20)) == std::future_status::ready;
+  CHECK_MESSAGE(finished, "parallel_for waited for helpers that never got to run");
+  // The helpers did wake for that job and are held at the gate (so the test exercised what it claims to).
+  CHECK(gate.wait_for_waiting(kThreads - 1, std::chrono::seconds(20)));
+  gate.open();
+  job.get();
+  for (auto& r : runs) REQUIRE(r.load() == 1);
+  CHECK(by_helpers.load() == 0);
+
+  // Released, the late helpers find a finished job: they must run nothing of it (its fn is gone once the caller
+  // returned) and go back to sleep. Give them time to try, then check no item ran again.
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  for (auto& r : runs) REQUIRE(r.load() == 1);
+  // The pool is still sound: the next jobs run every item once, and the helpers take part again.
+  std::atomic<int> helper_items{0};
+  for (int attempt = 0; attempt < 200 && helper_items.load() == 0; ++attempt) {
+    std::vector<std::atomic<int>> again(kItems);
+    pool.parallel_for(kThreads, kItems, [&](size_t item, int worker) {
+      again[item].fetch_add(1);
+      if (worker != 0) helper_items.fetch_add(1);
+      std::this_thread::sleep_for(std::chrono::microseconds(20));  // long enough for a helper to wake and claim
+    });
+    for (auto& r : again) REQUIRE(r.load() == 1);
+  }
+  CHECK(helper_items.load() > 0);
+}
+
+TEST_CASE("thread_pool: the first exception is rethrown on the caller; the pool stays usable") {
+  ThreadPool pool;
+  for (int n_threads : {1, 2, 4}) {
+    CAPTURE(n_threads);
+    // Item 17 throws (on whichever worker runs it).
+    CHECK_THROWS_WITH_AS(pool.parallel_for(n_threads, 100,
+                                           [&](size_t item, int) {
+                                             if (item == 17) throw std::runtime_error("item 17 failed");
+                                           }),
+                         "item 17 failed", std::runtime_error);
+    // Every item throws: exactly one of the exceptions comes back.
+    try {
+      pool.parallel_for(n_threads, 50, [&](size_t item, int) { throw std::out_of_range(std::to_string(item)); });
+      FAIL("no exception");
+    } catch (const std::out_of_range& e) {
+      CHECK(std::stoul(e.what()) < 50);
+    }
+    check_each_item_once(pool, n_threads, 500);
+  }
+  // The free function (the calling thread's pool) too.
+  CHECK_THROWS_AS(parallel_for(3, 10, [](size_t item, int) { if (item == 9) throw std::logic_error("x"); }),
+                  std::logic_error);
+}
+
+TEST_CASE("thread_pool: a parallel_for inside an item runs serially on that thread") {
+  ThreadPool pool;
+  std::atomic<int> inner_runs{0}, inner_wrong{0};
+  pool.parallel_for(4, 64, [&](size_t, int) {
+    const std::thread::id outer = std::this_thread::get_id();
+    std::vector<int> seen(10, 0);
+    parallel_for(4, 10, [&](size_t item, int worker) {
+      seen[item] += 1;
+      if (worker != 0 || std::this_thread::get_id() != outer) inner_wrong.fetch_add(1);
+      inner_runs.fetch_add(1);
+    });
+    pool.parallel_for(4, 10, [&](size_t item, int worker) {  // the same pool, re-entered: serial as well
+      seen[item] += 1;
+      if (worker != 0 || std::this_thread::get_id() != outer) inner_wrong.fetch_add(1);
+      inner_runs.fetch_add(1);
+    });
+    for (int s : seen)
+      if (s != 2) inner_wrong.fetch_add(1);
+  });
+  CHECK(inner_runs.load() == 64 * 20);
+  CHECK(inner_wrong.load() == 0);
+}
+
+TEST_CASE("thread_pool: callers on several threads at once (own pools; one shared pool runs serially)") {
+  // Each thread's own pool: sums over disjoint items, checked against the closed form.
+  constexpr size_t kItems = 5000;
+  std::vector<std::thread> threads;
+  std::vector<long> sums(4, 0);
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&, t] {
+      for (int rep = 0; rep < 50; ++rep) {
+        std::vector<long> out(kItems);
+        parallel_for(1 + t % 3 + 1, kItems, [&](size_t item, int) { out[item] = static_cast<long>(item) * (t + 1); });
+        long s = 0;
+        for (long v : out) s += v;
+        sums[static_cast<size_t>(t)] += s;
+      }
+    });
+  for (auto& th : threads) th.join();
+  for (int t = 0; t < 4; ++t)
+    CHECK(sums[static_cast<size_t>(t)] == 50L * (t + 1) * static_cast<long>(kItems * (kItems - 1) / 2));
+
+  // One explicit pool called from two threads at once: the second caller runs its job itself; both correct.
+  ThreadPool shared;
+  threads.clear();
+  std::atomic<int> wrong{0};
+  for (int t = 0; t < 2; ++t)
+    threads.emplace_back([&] {
+      for (int rep = 0; rep < 200; ++rep) {
+        std::vector<std::atomic<int>> runs(300);
+        shared.parallel_for(3, runs.size(), [&](size_t item, int) { runs[item].fetch_add(1); });
+        for (auto& r : runs)
+          if (r.load() != 1) wrong.fetch_add(1);
+      }
+    });
+  for (auto& th : threads) th.join();
+  CHECK(wrong.load() == 0);
+}
+
+TEST_CASE("thread_pool: resolve_threads keeps explicit counts and defaults to at least one") {
+  CHECK(resolve_threads(3) == 3);
+  CHECK(resolve_threads(1) == 1);
+  CHECK(resolve_threads(0) >= 1);
+  CHECK(resolve_threads(0) == resolve_threads(0));  // read once
+}
+
+TEST_CASE("threading: chunk_range cuts 0 .. n into fixed chunks that cover it once") {
+  for (size_t n : {size_t{0}, size_t{1}, size_t{63}, size_t{64}, size_t{65}, size_t{1000}})
+    for (size_t chunk : {size_t{1}, size_t{7}, size_t{64}}) {
+      CAPTURE(n);
+      CAPTURE(chunk);
+      size_t next = 0;
+      for (size_t i = 0; i < chunk_count(n, chunk); ++i) {
+        const Range r = chunk_range(n, chunk, i);
+        CHECK(r.begin == next);
+        CHECK(r.end > r.begin);
+        CHECK(r.end - r.begin <= chunk);
+        next = r.end;
+      }
+      CHECK(next == n);
+    }
+}
