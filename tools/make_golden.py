@@ -1,8 +1,9 @@
 #!/usr/bin/python3
 """Golden fixtures: tiny seeded GPT-2 and Llama models in plain PyTorch, and what PyTorch computes with them.
 
-Run by hand (not by CI) with Debian's python3-torch: /usr/bin/python3 tools/make_golden.py
-It rewrites tests/data/golden/<model>/ for every model in MODELS:
+Run by hand (not by CI) with Debian's python3-torch: /usr/bin/python3 tools/make_golden.py [--only NAME]
+It rewrites tests/data/golden/<model>/ for every model in MODELS (and the realistic-size fixture, whose files differ:
+see REALISTIC below; `--only realistic` writes just that one):
 
   model.sqdk           the model in our format (tools/sqdk.py's writer), f32
   hf/config.json       a Hugging Face config (HF field names) for the converter route
@@ -134,8 +135,11 @@ def make_llama_weights(cfg, g):
 # and cos/sin), "f64" in double rounded once to the working dtype (as sqrtdk's RopeTable does).
 
 
-def causal_attention(q, k, v, n_heads, n_kv_heads, head_dim):
-    """q [T, n_heads*hd], k/v [T, n_kv_heads*hd] -> [T, n_heads*hd]; softmax(q k^T / sqrt(hd) + causal mask) v."""
+def causal_attention(q, k, v, n_heads, n_kv_heads, head_dim, probe=None):
+    """q [T, n_heads*hd], k/v [T, n_kv_heads*hd] -> [T, n_heads*hd]; softmax(q k^T / sqrt(hd) + causal mask) v.
+    probe (the realistic fixture's figures): a dict; "drop_key": a key position every query ignores (a deliberate
+    bug, to show the test's bound would catch it); "entropy": a list that receives each call's mean softmax entropy
+    and mean largest probability over heads and queries."""
     T = q.shape[0]
     q = q.view(T, n_heads, head_dim).transpose(0, 1)  # [H, T, hd]
     k = k.view(T, n_kv_heads, head_dim).transpose(0, 1)  # [KV, T, hd]
@@ -145,8 +149,15 @@ def causal_attention(q, k, v, n_heads, n_kv_heads, head_dim):
     v = v.repeat_interleave(group, dim=0)
     scores = q @ k.transpose(1, 2) / math.sqrt(head_dim)  # [H, T, T]
     future = torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)
+    if probe and probe.get("drop_key") is not None:
+        future[:, probe["drop_key"]] = True
+        future[probe["drop_key"], probe["drop_key"]] = False  # the key's own query still sees it (no empty row)
     scores = scores.masked_fill(future, float("-inf"))
-    out = torch.softmax(scores, dim=-1) @ v  # [H, T, hd]
+    probs = torch.softmax(scores, dim=-1)
+    if probe is not None and "entropy" in probe:
+        plogp = torch.where(probs > 0, probs * torch.log(probs), torch.zeros_like(probs))
+        probe["entropy"].append((float(-plogp.sum(-1).mean()), float(probs.max(-1).values.mean())))
+    out = probs @ v  # [H, T, hd]
     return out.transpose(0, 1).reshape(T, n_heads * head_dim)
 
 
@@ -205,7 +216,7 @@ def rope(x, n_heads, head_dim, cos, sin, interleaved):
     return out.reshape(T, n_heads * head_dim)
 
 
-def llama_forward(p, cfg, tokens, rope_tables="hf", interleaved=None):
+def llama_forward(p, cfg, tokens, rope_tables="hf", interleaved=None, probe=None):
     """LlamaForCausalLM: tokens [T] -> logits [T, n_vocab]."""
     H, KV, hd, eps = cfg["n_heads"], cfg["n_kv_heads"], cfg["head_dim"], cfg["norm_eps"]
     interleaved = cfg["rope_interleaved"] if interleaved is None else interleaved
@@ -218,7 +229,7 @@ def llama_forward(p, cfg, tokens, rope_tables="hf", interleaved=None):
         q = rope(a @ p[L + "self_attn.q_proj.weight"].T, H, hd, cos, sin, interleaved)
         k = rope(a @ p[L + "self_attn.k_proj.weight"].T, KV, hd, cos, sin, interleaved)
         v = a @ p[L + "self_attn.v_proj.weight"].T
-        x = x + causal_attention(q, k, v, H, KV, hd) @ p[L + "self_attn.o_proj.weight"].T
+        x = x + causal_attention(q, k, v, H, KV, hd, probe) @ p[L + "self_attn.o_proj.weight"].T
         m = rms_norm(x, p[L + "post_attention_layernorm.weight"], eps)
         gate = torch.nn.functional.silu(m @ p[L + "mlp.gate_proj.weight"].T)  # [T, d_ff]
         x = x + (gate * (m @ p[L + "mlp.up_proj.weight"].T)) @ p[L + "mlp.down_proj.weight"].T
@@ -529,14 +540,232 @@ def build(cfg):
     return fixture
 
 
+# ----------------------------------------------------------------------------------------------------------------
+# The realistic-size fixture (issue 14): tests/data/golden/llama_realistic/, checked by
+# tests/engine/test_golden_realistic.cpp. The tiny fixtures above never reach the engine's large-shape paths; this
+# one is sized to cross each threshold (the constants live in ops/; the test re-derives every crossing):
+#   - 2 kv heads (GQA, group 6): decode splits the cache into decode_chunk_keys(n_kv_heads) = kDecodeChunkShort
+#     (256) key chunks below 4 kv heads, kDecodeChunkLong (1024) from 4 on; with 4 kv heads 640 keys would be one
+#     chunk, with 2 they are 3 chunks, merged in order;
+#   - 640 positions: fused prefill over up to 10 key tiles of kBc = 64, in query blocks of 10 (6 heads x 10 rows
+#     of kTargetRows 64; 52 blocks per kv head for 512 queries); prefill is chunked at the session's max_batch 512
+#     (512 + 128, the second chunk at pos0 = 512); attention work crosses the
+#     one-thread cap (2^18 multiply-adds) from 342 keys in decode, so 2 threads really split it;
+#   - d_ff 832: GEMM K slicing (K > kc) in ffn_down on every SIMD ISA (kc 768 avx512, 512 avx2; 768 itself slices
+#     on avx2), with a partial last slice; n_vocab 120: a partial column panel in lm_head.
+# Its ~6.7 M weights (27 MB in f32, 13 MB in bf16) are not committed: both this script and the C++ test generate
+# them from a counter-based generator (below), and fixture.json holds each tensor's CRC-32 (zlib's, the .sqdk
+# directory's), so a generator mismatch is a named failure, not a tolerance miss. The reference runs in float64.
+
+REALISTIC = dict(name="llama_realistic", arch="llama", d_model=768, n_layers=2, n_heads=12, n_kv_heads=2,
+                 head_dim=64, d_ff=832, n_vocab=120, max_seq=704, norm_eps=1e-5, rope_theta=10000.0,
+                 tied_embeddings=False, rope_interleaved=False, seed=14, n_tokens=640)
+
+# Per tensor: value = offset + uniform(-amp, amp) (std amp/sqrt(3)). Linear weights amp 1/16 = sqrt(3/768): std
+# 1/sqrt(fan_in) for fan_in 768 (ffn_down's 832 gets the same, 4% above 1/sqrt(832)). q and k get QK_GAIN on top so
+# that scores q.k/8 have a spread of a few units: attention neither uniform nor one-hot (fixture.json reports the
+# entropy). The embedding (std 1.01) gives a residual stream of order 1; the head's gain gives logits of a few units.
+QK_GAIN, HEAD_GAIN = 1.5, 2.0
+DROP_KEY = 300  # the deliberate bug for the sensitivity figure: every later query ignores this key (in both layers)
+
+REALISTIC_TOL = 2e-5  # of max |logit|; the reasoning (with the measured figures) is REALISTIC_TOL_WHY
+REALISTIC_TOL_WHY = (
+    "sqrtdk computes in float32 and sums in its own orders (blocked GEMM with K slices, online softmax over key "
+    "tiles and decode chunks); the reference is float64, so the difference is float32 rounding alone. Its scale: a "
+    "float32 dot product of length K rounds with a random-walk error of about sqrt(K) * 2^-24 = 1.7e-6 of the sum of "
+    "|terms| (K = 832; worst case K * 2^-24 = 5e-5, never approached by random data), the attention sums over up to "
+    "640 keys the same, exp 2 ulp; some 17 such stages in series (2 layers and the head). Legitimate float32 "
+    "implementations measured against the float64 reference: PyTorch's float32 run (sqrtdk's RoPE tables) {f32:.2e} "
+    "({rel:.1e} of max |logit| {scale:.2f}); Hugging Face's float32 RoPE tables (angles rounded to float32, an error "
+    "that grows with position) {rope:.2e} ({rope_rel:.1e}); sqrtdk up to {ours:.2e} ({ours_rel:.1e}, "
+    "measured_sqrtdk_max_abs). The bound 2e-5 x max |logit| = {bound:.2e} is {rope_ratio:.0f}x the largest of these "
+    "and {ours_ratio:.0f}x sqrtdk's, so any correct summation order passes; a real bug lands far above it: letting "
+    "every query ignore key {key} (one key of 640) moves the logits by {drop:.3f}, {drop_ratio:.0f}x the bound. "
+    "(Tighter than the tiny fixtures' 1e-4: their float32 noise is of the same order, but this fixture is meant to "
+    "catch subtle errors in the large-shape paths.)")
+# sqrtdk's measured max |logit error| per ISA over the test's schedules (tests/engine/test_golden_realistic.cpp's
+# MESSAGE lines; release build, GCC 12, Xeon Emerald Rapids class VM, 2 vCPUs). Refresh by hand when kernels change;
+# the scalar reference is run on the first 32 positions only (its error is the f32 rounding of the stored logits).
+REALISTIC_MEASURED = {"ref": 9.54e-07, "avx2": 1.10e-05, "avx512": 1.29e-05}
+
+
+def realistic_recipe(cfg):
+    """(name, shape, offset, amp) per tensor, in the family's tensor order (models/llama/llama_family.cpp)."""
+    D, F, V = cfg["d_model"], cfg["d_ff"], cfg["n_vocab"]
+    q_dim, kv_dim = cfg["n_heads"] * cfg["head_dim"], cfg["n_kv_heads"] * cfg["head_dim"]
+    lin = 1.0 / 16
+    out = [("tok_emb", [V, D], 0.0, 1.75)]
+    for i in range(cfg["n_layers"]):
+        b = f"blk.{i}."
+        out += [(b + "attn_norm.weight", [D], 1.0, 0.1875), (b + "attn_q.weight", [q_dim, D], 0.0, lin * QK_GAIN),
+                (b + "attn_k.weight", [kv_dim, D], 0.0, lin * QK_GAIN), (b + "attn_v.weight", [kv_dim, D], 0.0, lin),
+                (b + "attn_out.weight", [D, q_dim], 0.0, lin), (b + "ffn_norm.weight", [D], 1.0, 0.1875),
+                (b + "ffn_gate.weight", [F, D], 0.0, lin), (b + "ffn_up.weight", [F, D], 0.0, lin),
+                (b + "ffn_down.weight", [D, F], 0.0, lin)]
+    out += [("out_norm.weight", [D], 1.0, 0.1875), ("lm_head.weight", [V, D], 0.0, lin * HEAD_GAIN)]
+    return out
+
+
+MASK64 = (1 << 64) - 1
+GOLDEN_GAMMA = 0x9E3779B97F4A7C15  # splitmix64's increment
+
+
+def fnv1a64(data):
+    h = 0xCBF29CE484222325
+    for byte in data:
+        h = ((h ^ byte) * 0x100000001B3) & MASK64
+    return h
+
+
+def mix64(z):
+    """splitmix64's output function on a uint64 array (arithmetic mod 2^64)."""
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
+
+
+def counter_bits(name, seed, n):
+    """64 random bits per element i of stream `name`: mix64(key + (i + 1) * GOLDEN_GAMMA), key = FNV-1a-64(name) ^ seed.
+    Counter-based: element i depends on (seed, name, i) only, so any language reproduces it in a few lines."""
+    key = np.uint64(fnv1a64(name.encode()) ^ seed)
+    return mix64(key + np.arange(1, n + 1, dtype=np.uint64) * np.uint64(GOLDEN_GAMMA))
+
+
+def counter_uniform(name, seed, n, offset, amp):
+    """float32 values offset + uniform(-amp, amp): c = 2 * (bits >> 40) - (2^24 - 1), an odd integer in
+    [-(2^24 - 1), 2^24 - 1]; value = float32(offset + c * (amp / 2^24)) computed in double, where every step is exact
+    (c has 25 bits, amp a small dyadic), then rounded once to nearest even: bit-exact in any IEEE language."""
+    from fractions import Fraction
+    assert Fraction(amp).numerator < 256 and Fraction(offset).denominator == 1, (name, amp, offset)
+    c = 2 * (counter_bits(name, seed, n) >> np.uint64(40)).astype(np.int64) - (2**24 - 1)
+    return (offset + c.astype(np.float64) * (amp / 2.0**24)).astype(np.float32)
+
+
+def realistic_weights(cfg):
+    """{sqdk name: float32 tensor} and {name: CRC-32 of its little-endian f32 bytes}."""
+    import zlib
+    t, crc = {}, {}
+    for name, shape, offset, amp in realistic_recipe(cfg):
+        a = counter_uniform(name, cfg["seed"], int(np.prod(shape)), offset, amp).reshape(shape)
+        t[name] = torch.from_numpy(a)
+        crc[name] = zlib.crc32(a.astype("<f4").tobytes())
+    return t, crc
+
+
+def hf_from_sqdk(t, cfg):
+    """sqdk names -> the Hugging Face names llama_forward reads (the inverse of sqdk_tensors)."""
+    p = {"model.embed_tokens.weight": t["tok_emb"], "model.norm.weight": t["out_norm.weight"],
+         "lm_head.weight": t["lm_head.weight"]}
+    ours = {"attn_norm": "input_layernorm", "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj",
+            "attn_v": "self_attn.v_proj", "attn_out": "self_attn.o_proj", "ffn_norm": "post_attention_layernorm",
+            "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj", "ffn_down": "mlp.down_proj"}
+    for i in range(cfg["n_layers"]):
+        for a, b in ours.items():
+            p[f"model.layers.{i}.{b}.weight"] = t[f"blk.{i}.{a}.weight"]
+    return p
+
+
+def realistic_tokens(cfg):
+    return [int(v) for v in (counter_bits("tokens", cfg["seed"], cfg["n_tokens"]) >> np.uint64(40))
+            % np.uint64(cfg["n_vocab"])]
+
+
+def build_realistic(cfg):
+    t, crc = realistic_weights(cfg)
+    tokens = realistic_tokens(cfg)
+    p32 = hf_from_sqdk(t, cfg)
+    p64 = to64(p32)
+    probe = {"entropy": []}
+    logits64 = forward(p64, cfg, tokens, rope_tables="f64", probe=probe)  # the reference: float64 throughout
+    logits32 = forward(p32, cfg, tokens, rope_tables="f64")  # PyTorch float32, sqrtdk's RoPE tables: f32 noise
+    dropped = forward(p64, cfg, tokens, rope_tables="f64", probe={"drop_key": DROP_KEY})
+    rope_hf = forward(p64, cfg, tokens, rope_tables="hf")  # float32 RoPE angles and tables, as HF computes them
+    scale = float(logits64.abs().max())
+    f32_vs_f64 = float((logits32.double() - logits64).abs().max())
+    drop_effect = float((dropped - logits64).abs().max())
+    rope_effect = float((rope_hf - logits64).abs().max())
+    ours = max(REALISTIC_MEASURED.values())
+    n_keys_mean = (cfg["n_tokens"] + 1) / 2
+    figures = {
+        "max_abs_logit": scale,
+        "logit_std": float(logits64.std()),
+        "pytorch_f32_vs_f64_max_abs": f32_vs_f64,
+        "pytorch_f32_vs_f64_over_max_abs_logit": f32_vs_f64 / scale,
+        "attention_mean_entropy_nats_per_layer": [e for e, _ in probe["entropy"]],
+        "attention_mean_max_prob_per_layer": [m for _, m in probe["entropy"]],
+        "uniform_attention_mean_entropy_nats": float(np.mean(np.log(np.arange(1, cfg["n_tokens"] + 1)))),
+        "hf_f32_rope_tables_vs_f64_max_abs": rope_effect,
+        "drop_one_key": DROP_KEY,
+        "drop_one_key_max_abs": drop_effect,
+        "drop_one_key_over_bound": drop_effect / (REALISTIC_TOL * scale),
+    }
+    out = OUT_DIR / cfg["name"]
+    out.mkdir(parents=True, exist_ok=True)
+    np.save(out / "logits.npy", logits64.numpy().astype(np.float32))
+    fixture = {
+        "name": cfg["name"],
+        "kind": "generated_weights",
+        "config": sqdk_config(cfg),
+        "weights": {
+            "generator": (
+                "Not stored: generated by tools/make_golden.py (counter_uniform) and tests/engine/"
+                "test_golden_realistic.cpp alike. Tensor `name` of n elements: key = FNV-1a-64(name) ^ seed; for "
+                "element i, bits = mix64(key + (i + 1) * 0x9E3779B97F4A7C15) (mod 2^64; mix64 = splitmix64's "
+                "output function); c = 2 * (bits >> 40) - (2^24 - 1); value = float32(offset + c * amp / 2^24), "
+                "exact in double, rounded once to nearest even. crc32 = zlib CRC-32 of the little-endian f32 "
+                "values (what the .sqdk directory stores), so a generator mismatch fails by name."),
+            "why_not_stored": "27 MB in f32 (13 MB in bf16) against a budget of 1.5 MB for the folder",
+            "seed": cfg["seed"],
+            "tensors": {name: {"shape": shape, "offset": offset, "amp": amp, "crc32": crc[name]}
+                        for name, shape, offset, amp in realistic_recipe(cfg)},
+        },
+        "tokens": tokens,
+        "tokens_generator": "(mix64 bits of stream 'tokens', as the weights) >> 40, mod n_vocab",
+        "files": {
+            "logits": "logits.npy",
+            "logits_shape": [cfg["n_tokens"], cfg["n_vocab"]],
+            "notes": {"logits": "PyTorch float64 forward over all tokens, rounded to f32: row t = logits after "
+                                "tokens[0..t]; a decode step at position t must give row t too"},
+        },
+        "figures": figures,
+        "tolerance": {
+            "logits_max_abs_over_max_abs_logit": REALISTIC_TOL,
+            "logits_max_abs": REALISTIC_TOL * scale,
+            "why": REALISTIC_TOL_WHY.format(
+                f32=f32_vs_f64, rel=f32_vs_f64 / scale, scale=scale, rope=rope_effect, rope_rel=rope_effect / scale,
+                ours=ours, ours_rel=ours / scale, bound=REALISTIC_TOL * scale,
+                rope_ratio=REALISTIC_TOL * scale / max(rope_effect, f32_vs_f64, ours),
+                ours_ratio=REALISTIC_TOL * scale / ours, drop=drop_effect,
+                drop_ratio=drop_effect / (REALISTIC_TOL * scale), key=DROP_KEY),
+            "measured_sqrtdk_max_abs": REALISTIC_MEASURED,
+        },
+    }
+    (out / "fixture.json").write_text(json.dumps(fixture, indent=1) + "\n")
+    return fixture
+
+
 def main():
+    import argparse
+    names = [cfg["name"] for cfg in MODELS] + [REALISTIC["name"]]
+    parser = argparse.ArgumentParser(description="Writes the golden fixtures under tests/data/golden/.")
+    parser.add_argument("--only", action="append", choices=names + ["realistic"],
+                        help="write only this fixture (repeatable; 'realistic' = " + REALISTIC["name"] + ")")
+    args = parser.parse_args()
+    only = {REALISTIC["name"] if n == "realistic" else n for n in args.only} if args.only else set(names)
     torch.set_num_threads(1)  # deterministic summation order in PyTorch's CPU kernels
     total = 0
-    for cfg in MODELS:
-        fixture = build(cfg)
+    for cfg in MODELS + [REALISTIC]:
+        if cfg["name"] not in only:
+            continue
+        fixture = build_realistic(cfg) if cfg is REALISTIC else build(cfg)
         size = sum(f.stat().st_size for f in (OUT_DIR / cfg["name"]).rglob("*") if f.is_file())
         total += size
         f = fixture["figures"]
+        if cfg is REALISTIC:
+            print(f"{cfg['name']:18s} {size / 1024:7.1f} KiB  max|logit| {f['max_abs_logit']:6.2f}  "
+                  f"f32-f64 {f['pytorch_f32_vs_f64_max_abs']:.2e}  attention entropy "
+                  f"{f['attention_mean_entropy_nats_per_layer']} nats")
+            continue
         print(f"{cfg['name']:18s} {size / 1024:7.1f} KiB  max|logit| {f['max_abs_logit']:6.2f}  "
               f"f32-f64 {f['f32_vs_f64_max_abs']:.2e}  min gap {f['min_greedy_gap']:.3f}")
     print(f"total {total / 1024:.1f} KiB")

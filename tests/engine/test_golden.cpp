@@ -9,6 +9,7 @@
 #include <sqrtdk/model.h>
 #include <sqrtdk/session.h>
 
+#include "tests/common/golden.h"
 #include "tests/common/npy.h"
 
 #include <nlohmann/json.hpp>
@@ -34,13 +35,13 @@ struct Fixture {
   std::string sqdk() const { return (dir / json["files"]["sqdk"].get<std::string>()).string(); }
 };
 
+// The fixtures with stored weights (tests/common/golden.h; the realistic-size one has its own test file).
 std::vector<Fixture> fixtures() {
   std::vector<Fixture> out;
-  for (const auto& entry : fs::directory_iterator(fs::path(SQRTDK_TEST_DATA_DIR) / "golden")) {
-    if (!fs::exists(entry.path() / "fixture.json")) continue;
+  for (const std::string& name : test::golden_names()) {
     Fixture f;
-    f.dir = entry.path();
-    std::ifstream in(entry.path() / "fixture.json");
+    f.dir = test::golden_dir(name);
+    std::ifstream in(f.dir / "fixture.json");
     f.json = nlohmann::json::parse(in);
     f.name = f.json["name"];
     f.prompt = f.json["prompt"].get<std::vector<uint32_t>>();
@@ -48,7 +49,6 @@ std::vector<Fixture> fixtures() {
     f.tolerance = f.json["tolerance"]["logits_max_abs"].get<double>();
     out.push_back(std::move(f));
   }
-  std::sort(out.begin(), out.end(), [](const Fixture& a, const Fixture& b) { return a.name < b.name; });
   return out;
 }
 
