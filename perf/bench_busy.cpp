@@ -140,7 +140,9 @@ int main(int argc, char** argv) {
     return 1;
   }
 
-  nlohmann::json out = {{"machine", machine_json()},
+  nlohmann::json out = {{"machine", machine_json({}, "wall-clock median of " + std::to_string(args.reps) +
+                                                      " interleaved runs per thread count, warm caches",
+                                          args.threads)},
                         {"model", model_path},
                         {"prompt_tokens", prompt_len},
                         {"decode_steps", decode_steps},
