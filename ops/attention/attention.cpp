@@ -214,10 +214,8 @@ void attention(Isa isa, const AttentionParams& p, AttentionWorkspace& ws, int n_
   validate(isa, p);
   if (p.n_queries == 0) return;
   if (path == AttentionPath::automatic || p.observe != nullptr) path = choose_attention_path(p);
-  // Below ~2^18 multiply-adds (tens of microseconds) waking a helper costs more than it saves: one thread.
-  // The work partition does not depend on the thread count, so this changes nothing in the results.
   const size_t work = p.n_heads * p.n_queries * p.n_keys() * p.head_dim;
-  const int threads = work < (size_t{1} << 18) ? 1 : resolve_threads(n_threads);
+  const int threads = work < kAttentionOneThreadBelowMacs ? 1 : resolve_threads(n_threads);
   if (path == AttentionPath::unfused) {
     attention_unfused(isa, p, ws.impl(), threads);
     return;

@@ -81,10 +81,16 @@ class AttentionWorkspace {
   std::unique_ptr<Impl> impl_;
 };
 
+// Below this many multiply-adds (n_heads · n_queries · n_keys · head_dim: tens of microseconds) a call runs on one
+// thread, as waking a helper costs more than it saves. The work partition never depends on the thread count, so
+// this changes nothing in the results.
+inline constexpr size_t kAttentionOneThreadBelowMacs = size_t{1} << 18;
+
 // Validates p (sqrtdk::Error naming the bad field), then runs the chosen path with n_threads (0 = default).
 // At most kMaxAttentionKeys keys (pos0 + n_queries): the fused path's causal mask compares key positions as floats,
 // exact for integers up to 2^24; more keys are refused rather than masked wrongly.
 inline constexpr size_t kMaxAttentionKeys = size_t{1} << 24;
+
 void attention(Isa isa, const AttentionParams& p, AttentionWorkspace& ws, int n_threads = 0,
                AttentionPath path = default_attention_path());
 

@@ -160,9 +160,9 @@ struct AttentionCall {
 // that proves which paths ran, checked rather than assumed. n_queries = n_tokens of the event, pos0 = n_keys - n.
 void check_large_shape_paths(Isa isa, const ModelConfig& c, const std::vector<AttentionCall>& calls,
                              const std::vector<size_t>& ffn_down_rows) {
-  // attention.cpp runs a call on one thread below this many multiply-adds (n_heads · n_queries · n_keys · head_dim;
-  // a literal there, `size_t{1} << 18`); the partition never depends on threads, so only reaching it matters.
-  constexpr size_t kOneThreadBelow = size_t{1} << 18;
+  // attention() runs a call on one thread below this many multiply-adds (n_heads · n_queries · n_keys · head_dim);
+  // the partition never depends on threads, so only reaching it matters.
+  constexpr size_t kOneThreadBelow = ops::kAttentionOneThreadBelowMacs;
   const size_t width = ops::select_kernel(ops::attention_kernels(), isa).kernels.vector_width;
   size_t multi_tile_prefills = 0, multi_chunk_decodes = 0, split_decodes = 0, second_chunk_prefills = 0;
   for (const AttentionCall& call : calls) {
