@@ -51,7 +51,7 @@ double max_abs(std::span<const float> v) {
 
 }  // namespace
 
-TEST_CASE("attention_scale: round-trips through the writer and the loader; absent means 1/sqrt(head_dim)") {
+TEST_CASE("attention_scale: round-trips through the writer and the loader, and absent means 1/sqrt(head_dim)") {
   TempDir dir;
   for (ModelConfig c : {toy_llama_config(), toy_gpt2_config()}) {
     CAPTURE(arch_name(c.arch));
@@ -123,7 +123,7 @@ TEST_CASE("attention_scale: 0, negative, NaN and infinity are refused, naming th
   }
 }
 
-TEST_CASE("attention_scale: the header CRC covers the field; without flag bit 2 its bytes must be zero") {
+TEST_CASE("attention_scale: the header CRC covers the field, and without flag bit 2 its bytes must be zero") {
   TempDir dir;
   const std::string good = dir.file("good.sqdk");
   ModelConfig c = toy_llama_config();
