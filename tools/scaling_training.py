@@ -29,7 +29,7 @@ Determinism: each run uses one torch thread (--jobs runs that many runs side by 
 so the numbers do not depend on --jobs or on the machine's load; only the recorded wall times do.
 
 Usage (the committed results; see README.md "Why √d_k? Watch it train"):
-  /usr/bin/python3 tools/scaling_training.py --steps 200 --jobs 2 --out /work/scaling-out \\
+  /usr/bin/python3 tools/scaling_training.py --steps 600 --jobs 2 --out /work/scaling-out \\
       --figure docs/images/scaling_training.svg --results docs/scaling_training.json
 A smoke run on any text file (what tests/tools/test_scaling_training.cpp runs):
   /usr/bin/python3 tools/scaling_training.py --tiny --steps 4 --every 2 --corpus README.md --out /tmp/s
