@@ -195,3 +195,21 @@ TEST_CASE("attention_scale: ModelConfig::validate names the field") {
   c.attention_scale = 1e-30f;  // tiny but positive is allowed: the file says what it was trained with
   CHECK_NOTHROW(c.validate("where.sqdk"));
 }
+
+TEST_CASE("attention_scale: tools/sqdk.py reads it and writes the same bytes as the C++ writer") {
+  TempDir dir;
+  ModelConfig c = toy_llama_config();
+  c.attention_scale = 0.3f;
+  const std::string cpp = dir.file("cpp.sqdk"), py = dir.file("py.sqdk");
+  write_toy_model(cpp, c, 9);
+  const std::string script = "import sys; sys.path.insert(0, '" SQRTDK_SOURCE_DIR "/tools'); import sqdk; "
+                             "c, t = sqdk.read_sqdk(sys.argv[1]); assert abs(c['attention_scale'] - 0.3) < 1e-7, c; "
+                             "sqdk.write_sqdk(sys.argv[2], c, t)";
+  const int status = std::system(("/usr/bin/python3 -c \"" + script + "\" " + cpp + " " + py + " 2>/dev/null").c_str());
+  if (status != 0 && std::system("/usr/bin/python3 -c 'import numpy' >/dev/null 2>&1") != 0) {
+    MESSAGE("skipped: /usr/bin/python3 cannot import numpy (install python3-numpy to run this check)");
+    return;
+  }
+  REQUIRE(status == 0);
+  CHECK(read_bytes(py) == read_bytes(cpp));
+}
