@@ -5,9 +5,20 @@
 #include "models/family.h"
 
 #include <cmath>
+#include <cstdio>
 #include <utility>
 
 namespace sqrtdk {
+namespace {
+
+// A float as "%g" ("nan", "-1", "1e-30"): std::to_string prints 1e-30 as 0.000000.
+std::string shortest(float v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", static_cast<double>(v));
+  return buf;
+}
+
+}  // namespace
 
 void ModelConfig::validate(const std::string& where) const {
   const std::string w = where + ": config: ";
@@ -35,6 +46,9 @@ void ModelConfig::validate(const std::string& where) const {
   family->validate(*this, fail);
   if (!(std::isfinite(norm_eps) && norm_eps > 0 && norm_eps < 1))
     fail("norm_eps " + std::to_string(norm_eps) + " (expected finite, > 0 and < 1)");
+  if (attention_scale && !(std::isfinite(*attention_scale) && *attention_scale > 0))
+    fail("attention_scale " + shortest(*attention_scale) +
+         " (expected finite and > 0, or absent for the default 1/sqrt(head_dim))");
   if (tokenizer != TokenizerKind::none && tokenizer != TokenizerKind::byte_level)
     fail("unknown tokenizer " + std::to_string(static_cast<uint32_t>(tokenizer)) +
          " (expected 0 = none or 1 = byte_level)");
@@ -49,6 +63,10 @@ void ModelConfig::validate(const std::string& where) const {
       fail(std::string(name) + " " + std::to_string(id) +
            " is a byte id (the byte-level tokenizer needs special tokens >= 256)");
   }
+}
+
+float ModelConfig::attention_scale_or_default() const {
+  return attention_scale ? *attention_scale : static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim)));
 }
 
 uint64_t ModelConfig::n_params() const {

@@ -9,7 +9,8 @@ As a module:
     config, tensors = read_sqdk("model.sqdk")                      # tensors: list of (name, array)
 config is a dict: arch ("gpt2" | "llama"), d_model, n_layers, n_heads, n_kv_heads, head_dim, d_ff, n_vocab,
 max_seq, norm_eps, rope_theta, tied_embeddings, rope_interleaved, tokenizer ("none" | "byte_level"), bos_id,
-eos_id (None = no token). Each tensor is (name, array) or (name, array, dtype) with dtype "f32" | "f16" | "bf16";
+eos_id (None = no token), attention_scale (absent or None = the default 1/sqrt(head_dim); else finite and > 0,
+stored with flag bit 2 at header offset 108). Each tensor is (name, array) or (name, array, dtype) with dtype "f32" | "f16" | "bf16";
 without a dtype, float16 arrays are stored as f16 and other floats as f32. For bf16, pass float arrays (rounded to
 nearest even, as the C++ f32_to_bf16) or uint16 arrays holding the raw bf16 bits.
 
@@ -19,6 +20,7 @@ As a command:
                                       write the synthetic test model each spec describes (tests/data/format_*.json)
 """
 import json
+import math
 import os
 import struct
 import sys
@@ -31,6 +33,8 @@ MAGIC = b"SQDK"
 VERSION = 1
 HEADER_SIZE = 128
 HEADER_CRC_OFFSET = 104
+ATTENTION_SCALE_OFFSET = 108
+FLAG_ATTENTION_SCALE = 4  # flags bit 2: the f32 at ATTENTION_SCALE_OFFSET is the attention scale
 ALIGN = 64
 NO_TOKEN = 0xFFFFFFFF
 ARCHS = {"gpt2": 0, "llama": 1}
@@ -42,6 +46,14 @@ DTYPE_SIZE = {"f32": 4, "f16": 2, "bf16": 2}
 _CONFIG_FIELDS = [(20, "I", "d_model"), (24, "I", "n_layers"), (28, "I", "n_heads"), (32, "I", "n_kv_heads"),
                   (36, "I", "head_dim"), (40, "I", "d_ff"), (44, "I", "n_vocab"), (48, "I", "max_seq"),
                   (52, "f", "norm_eps"), (56, "f", "rope_theta")]
+
+
+def _header_crc(header, directory, flags):
+    """CRC-32 of header bytes 0..103, then the directory, then (flag bit 2 only) the attention scale's 4 bytes."""
+    crc = zlib.crc32(bytes(directory), zlib.crc32(bytes(header[:HEADER_CRC_OFFSET])))
+    if flags & FLAG_ATTENTION_SCALE:
+        crc = zlib.crc32(bytes(header[ATTENTION_SCALE_OFFSET:ATTENTION_SCALE_OFFSET + 4]), crc)
+    return crc
 
 
 def _align(n):
@@ -107,11 +119,23 @@ def write_sqdk(path, config, tensors):
         default = {"norm_eps": 1e-5, "rope_theta": 10000.0 if c["arch"] == "llama" else 0.0}.get(key)
         struct.pack_into("<" + code, header, at, c.get(key, default))
     flags = (1 if c.get("tied_embeddings") else 0) | (2 if c.get("rope_interleaved") else 0)
+    scale = c.get("attention_scale")
+    if scale is not None:
+        scale = float(scale)
+        try:  # the value must survive the f32 round trip as finite and > 0 (1e-50 would store as 0)
+            stored = struct.unpack("<f", struct.pack("<f", scale))[0]
+        except OverflowError:
+            stored = math.inf
+        if not (math.isfinite(stored) and stored > 0):
+            raise ValueError(f"{path}: config: attention_scale {scale!r} (expected finite and > 0 as f32, "
+                             "or None for the default 1/sqrt(head_dim))")
+        flags |= FLAG_ATTENTION_SCALE
+        struct.pack_into("<f", header, ATTENTION_SCALE_OFFSET, scale)
     token = lambda v: NO_TOKEN if v is None else int(v)
     struct.pack_into("<IIIII", header, 60, flags, TOKENIZERS[c.get("tokenizer", "none")],
                      token(c.get("bos_id")), token(c.get("eos_id")), len(entries))
     struct.pack_into("<QQQ", header, 80, HEADER_SIZE, len(directory), data_offset)
-    struct.pack_into("<I", header, HEADER_CRC_OFFSET, zlib.crc32(bytes(directory), zlib.crc32(bytes(header[:104]))))
+    struct.pack_into("<I", header, HEADER_CRC_OFFSET, _header_crc(header, directory, flags))
 
     folder = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix=os.path.basename(path) + ".tmp-", dir=folder)
@@ -157,8 +181,10 @@ def read_sqdk(path, verify=True):
     c.update(tied_embeddings=bool(flags & 1), rope_interleaved=bool(flags & 2),
              tokenizer={v: k for k, v in TOKENIZERS.items()}[tok], bos_id=None if bos == NO_TOKEN else bos,
              eos_id=None if eos == NO_TOKEN else eos)
+    if flags & FLAG_ATTENTION_SCALE:
+        c["attention_scale"] = struct.unpack_from("<f", buf, ATTENTION_SCALE_OFFSET)[0]
     _, dir_size, _ = struct.unpack_from("<QQQ", buf, 80)
-    if verify and zlib.crc32(buf[HEADER_SIZE:HEADER_SIZE + dir_size], zlib.crc32(buf[:104])) != \
+    if verify and _header_crc(buf, buf[HEADER_SIZE:HEADER_SIZE + dir_size], flags) != \
             struct.unpack_from("<I", buf, HEADER_CRC_OFFSET)[0]:
         raise ValueError(f"{path}: header checksum mismatch")
     at, tensors = HEADER_SIZE, []

@@ -5,7 +5,8 @@ The model matches sqrtdk's `llama` family exactly (Hugging Face Llama math):
   RMSNorm  y = x * rsqrt(mean(x^2) + eps) * weight
   RoPE     rotate-half convention (Hugging Face layout), theta 10000, on q and k
   SwiGLU   down(silu(gate(x)) * up(x))
-  no biases, tied embeddings (output head = tok_emb), grouped-query causal attention scaled by 1/sqrt(head_dim).
+  no biases, tied embeddings (output head = tok_emb), grouped-query causal attention scaled by 1/sqrt(head_dim)
+  (Config.attention_scale overrides it; the .sqdk file then records it).
 Vocabulary 258: ids 0..255 are bytes, 256 = BOS, 257 = EOS. Every training/eval window is [BOS] + 255 bytes, so the
 context is 256 positions (BOS at position 0).
 
@@ -60,6 +61,7 @@ class Config:
         self.max_seq = 256
         self.norm_eps = 1e-5
         self.rope_theta = 10000.0
+        self.attention_scale = None  # None: 1/sqrt(head_dim); tools/scaling_training.py sets 1 or 1/head_dim
         for k, v in kw.items():
             if not hasattr(self, k):
                 raise KeyError(k)
@@ -106,6 +108,9 @@ class Block(nn.Module):
         self.ffn_gate = nn.Linear(c.d_model, c.d_ff, bias=False)
         self.ffn_up = nn.Linear(c.d_model, c.d_ff, bias=False)
         self.ffn_down = nn.Linear(c.d_ff, c.d_model, bias=False)
+        self.scale = 1.0 / math.sqrt(c.head_dim) if c.attention_scale is None else c.attention_scale
+        self.keep_probs = False  # tools/scaling_training.py reads the attention probabilities [B, H, T, T]
+        self.probs = None
 
     def forward(self, x, cos, sin, mask):
         c = self.c
@@ -119,9 +124,10 @@ class Block(nn.Module):
         rep = c.n_heads // c.n_kv_heads  # query head j uses kv head j // rep (Hugging Face repeat_kv)
         k = k.repeat_interleave(rep, dim=1)
         v = v.repeat_interleave(rep, dim=1)
-        scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(c.head_dim))
+        scores = (q @ k.transpose(-2, -1)) * self.scale
         scores = scores.masked_fill(mask, float("-inf"))
         p = torch.softmax(scores, dim=-1)
+        self.probs = p.detach() if self.keep_probs else None
         a = (p @ v).transpose(1, 2).reshape(B, T, c.n_heads * c.head_dim)
         x = x + self.attn_out(a)
         h = self.ffn_norm(x)
@@ -378,6 +384,8 @@ def write_sqdk(sqdk, c, tensors, path):
                head_dim=c.head_dim, d_ff=c.d_ff, n_vocab=c.n_vocab, max_seq=c.max_seq, norm_eps=c.norm_eps,
                rope_theta=c.rope_theta, tied_embeddings=True, rope_interleaved=False, tokenizer="byte_level",
                bos_id=BOS, eos_id=EOS)
+    if c.attention_scale is not None:
+        cfg["attention_scale"] = c.attention_scale
     sqdk.write_sqdk(path, cfg, [(name, a, "f32") for name, a in tensors])
     # Read back: same config and bit-identical tensors.
     cfg2, back = sqdk.read_sqdk(path)

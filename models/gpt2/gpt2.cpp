@@ -4,7 +4,7 @@
 // One block over n tokens at positions pos0 .. pos0 + n - 1, x the residual stream [n, d_model]:
 //   xb  = layer_norm(x) * ln1_w + ln1_b
 //   qkv = xb · Wqkvᵀ + b_qkv                 q | k | v, each [n, d_model]
-//   att = softmax(q·kᵀ/√hd + causal) · v     per head, k and v through the cache
+//   att = softmax(s·q·kᵀ + causal) · v       per head, k and v through the cache; s = 1/√hd or attention_scale
 //   x  += att · Woᵀ + b_o                    bias and residual fused into the GEMM
 //   xb  = layer_norm(x) * ln2_w + ln2_b
 //   hb  = gelu(xb · Wupᵀ + b_up)             bias and GELU fused into the GEMM

@@ -4,7 +4,7 @@
 //   xb   = rms_norm(x) * attn_norm
 //   qkv  = xb · Wqkvᵀ                       q [n, n_heads·hd] | k, v [n, n_kv_heads·hd]
 //   q, k = rope(q, k, pos)                  rotate pairs by pos·θ^(-2i/hd)
-//   att  = softmax(q·kᵀ/√hd + causal) · v   per head, k and v through the cache
+//   att  = softmax(s·q·kᵀ + causal) · v     per head, k and v through the cache; s = 1/√hd or attention_scale
 //   x   += att · Woᵀ                        the residual add is fused into the GEMM
 //   xb   = rms_norm(x) * ffn_norm
 //   hb2  = silu(xb · Wgateᵀ)

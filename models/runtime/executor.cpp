@@ -44,7 +44,7 @@ void run_attention(ForwardState& s, int layer, size_t n, size_t pos0) {
   p.n_queries = n;
   p.pos0 = pos0;
   p.causal = true;
-  p.scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  p.scale = c.attention_scale_or_default();
   p.q = s.qkv.data();
   p.ldq = qkv_w;
   p.k_cache = s.k_cache.data() + s.cache_offset(layer, 0);

@@ -38,7 +38,7 @@ std::vector<float> attention(const ModelConfig& c, const std::vector<float>& q, 
   p.n_queries = n;
   p.pos0 = 0;
   p.causal = true;
-  p.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
+  p.scale = c.attention_scale_or_default();
   p.q = q.data();
   p.ldq = c.n_heads * hd;
   p.k_cache = kc.data();

@@ -10,7 +10,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <fcntl.h>
@@ -128,13 +127,18 @@ void run(const MapArgs& a) {
     heads.push_back(static_cast<size_t>(a.head));
   else
     for (size_t h = 0; h < map.n_heads; ++h) heads.push_back(h);
-  const double default_scale = 1.0 / std::sqrt(static_cast<double>(c.head_dim));
-  char scale_text[96];
-  if (a.scale > 0)
-    std::snprintf(scale_text, sizeof scale_text, "scale %.4g (overrides 1/sqrt(%u) = %.4g)", a.scale, c.head_dim,
-                  default_scale);
+  // The model's own scale: its attention_scale field (a model trained with another scale) or 1/sqrt(head_dim).
+  const double default_scale = c.attention_scale_or_default();
+  char model_scale[64];
+  if (c.attention_scale)
+    std::snprintf(model_scale, sizeof model_scale, "the model's attention_scale %.4g", default_scale);
   else
-    std::snprintf(scale_text, sizeof scale_text, "scale 1/sqrt(%u) = %.4g", c.head_dim, default_scale);
+    std::snprintf(model_scale, sizeof model_scale, "1/sqrt(%u) = %.4g", c.head_dim, default_scale);
+  char scale_text[128];
+  if (a.scale > 0)
+    std::snprintf(scale_text, sizeof scale_text, "scale %.4g (overrides %s)", a.scale, model_scale);
+  else
+    std::snprintf(scale_text, sizeof scale_text, "scale %s", model_scale);
   const std::string model_name = std::filesystem::path(model->path()).filename().string();
   const std::string title = model_name + ", layer " + std::to_string(a.layer) + ", " + scale_text + ", " +
                             std::to_string(tokens.size()) + " tokens (rows: queries, columns: keys)";
@@ -193,7 +197,9 @@ void add_attention_map_command(CLI::App& app) {
   a->prompt.add_to(*cmd, "The quick brown fox");
   cmd->add_option("-l,--layer", a->layer, "layer to show")->capture_default_str();
   cmd->add_option("--head", a->head, "one head to show (default: every head of the layer)");
-  cmd->add_option("--scale", a->scale, "multiply q·k by this instead of 1/sqrt(head_dim), e.g. 1")
+  cmd->add_option("--scale", a->scale,
+                  "multiply q·k by this instead of the model's scale (1/sqrt(head_dim) unless the file sets "
+                  "attention_scale), e.g. 1")
       ->check(number_in(1e-30, 1e30, false));
   cmd->add_option("-o,--out", a->out, "SVG file to write")->capture_default_str();
   cmd->add_option("--max-svg-mb", a->max_svg_mb, "refuse to write an SVG larger than this (MB; 0 = no cap)")

@@ -75,7 +75,9 @@ void run_inspect(const InspectOptions& o) {
                    {"rope_interleaved", c.rope_interleaved},
                    {"tokenizer", c.tokenizer == TokenizerKind::byte_level ? "byte_level" : "none"},
                    {"bos_id", c.bos_id == kNoToken ? nlohmann::json() : nlohmann::json(c.bos_id)},
-                   {"eos_id", c.eos_id == kNoToken ? nlohmann::json() : nlohmann::json(c.eos_id)}};
+                   {"eos_id", c.eos_id == kNoToken ? nlohmann::json() : nlohmann::json(c.eos_id)},
+                   {"attention_scale",  // null: the default 1/sqrt(head_dim)
+                    c.attention_scale ? nlohmann::json(*c.attention_scale) : nlohmann::json()}};
     j["n_params"] = n_params;
     j["checksums"] = wf->checksums_verified() ? "verified" : "not verified";
     j["load_ms"] = load_ms;
@@ -97,6 +99,12 @@ void run_inspect(const InspectOptions& o) {
                 c.d_model, c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, c.d_ff, c.n_vocab, c.max_seq);
     std::printf("norm_eps    %g\nrope_theta  %g%s\n", static_cast<double>(c.norm_eps), static_cast<double>(c.rope_theta),
                 c.rope_interleaved ? " (interleaved pairs)" : find_family(c.arch) && find_family(c.arch)->uses_rope ? " (rotate-half)" : "");
+    if (c.attention_scale)
+      std::printf("attention   scale %g (the file's attention_scale; the default would be 1/sqrt(%u))\n",
+                  static_cast<double>(*c.attention_scale), c.head_dim);
+    else
+      std::printf("attention   scale 1/sqrt(%u) = %g (default)\n", c.head_dim,
+                  static_cast<double>(c.attention_scale_or_default()));
     std::printf("embeddings  %s\n", c.tied_embeddings ? "tied (output head = tok_emb)" : "separate lm_head");
     std::printf("tokenizer   %s, bos %s, eos %s\n", c.tokenizer == TokenizerKind::byte_level ? "byte_level" : "none",
                 token_string(c.bos_id).c_str(), token_string(c.eos_id).c_str());

@@ -177,7 +177,10 @@ void encode_header(const ModelConfig& c, uint32_t n_tensors, uint64_t directory_
   put32(header_at::max_seq, c.max_seq);
   putf(header_at::norm_eps, c.norm_eps);
   putf(header_at::rope_theta, c.rope_theta);
-  put32(header_at::flags, (c.tied_embeddings ? 1u : 0u) | (c.rope_interleaved ? 2u : 0u));
+  put32(header_at::flags, (c.tied_embeddings ? kFlagTiedEmbeddings : 0u) |
+                              (c.rope_interleaved ? kFlagRopeInterleaved : 0u) |
+                              (c.attention_scale ? kFlagAttentionScale : 0u));
+  if (c.attention_scale) putf(header_at::attention_scale, *c.attention_scale);
   put32(header_at::tokenizer, static_cast<uint32_t>(c.tokenizer));
   put32(header_at::bos_id, c.bos_id);
   put32(header_at::eos_id, c.eos_id);
@@ -185,6 +188,12 @@ void encode_header(const ModelConfig& c, uint32_t n_tensors, uint64_t directory_
   put64(header_at::directory_offset, kHeaderSize);
   put64(header_at::directory_size, directory_size);
   put64(header_at::data_offset, data_offset);
+}
+
+uint32_t header_crc(const unsigned char header[kHeaderSize], const unsigned char* directory, uint64_t directory_size) {
+  uint32_t c = crc32(directory, directory_size, crc32(header, header_at::header_crc32));
+  if (load_u32(header + header_at::flags) & kFlagAttentionScale) c = crc32(header + header_at::attention_scale, 4, c);
+  return c;
 }
 
 void check_family_tensors(const ModelConfig& config, const std::vector<TensorInfo>& tensors,

@@ -37,7 +37,8 @@ inline constexpr uint64_t n_vocab = 44;            // u32
 inline constexpr uint64_t max_seq = 48;            // u32
 inline constexpr uint64_t norm_eps = 52;           // f32
 inline constexpr uint64_t rope_theta = 56;         // f32
-inline constexpr uint64_t flags = 60;              // u32: bit 0 tied embeddings, bit 1 interleaved RoPE
+inline constexpr uint64_t flags = 60;              // u32: bit 0 tied embeddings, bit 1 interleaved RoPE,
+                                                   // bit 2 attention_scale present
 inline constexpr uint64_t tokenizer = 64;          // u32: 0 = none, 1 = byte_level
 inline constexpr uint64_t bos_id = 68;             // u32
 inline constexpr uint64_t eos_id = 72;             // u32
@@ -45,11 +46,15 @@ inline constexpr uint64_t n_tensors = 76;          // u32
 inline constexpr uint64_t directory_offset = 80;   // u64, always kHeaderSize
 inline constexpr uint64_t directory_size = 88;     // u64
 inline constexpr uint64_t data_offset = 96;        // u64
-inline constexpr uint64_t header_crc32 = 104;      // u32 over bytes [0, 104) and then the directory
-inline constexpr uint64_t reserved = 108;          // zero bytes up to kHeaderSize
-static_assert(eos_id + 4 == n_tensors && data_offset + 8 == header_crc32 && header_crc32 + 4 == reserved &&
-              reserved < kHeaderSize);
+inline constexpr uint64_t header_crc32 = 104;      // u32 over bytes [0, 104), the directory, then (flag bit 2)
+                                                   // the 4 attention_scale bytes: header_crc()
+inline constexpr uint64_t attention_scale = 108;   // f32 if flag bit 2, else zero
+inline constexpr uint64_t reserved = 112;          // zero bytes up to kHeaderSize
+static_assert(eos_id + 4 == n_tensors && data_offset + 8 == header_crc32 && header_crc32 + 4 == attention_scale &&
+              attention_scale + 4 == reserved && reserved < kHeaderSize);
 }  // namespace header_at
+inline constexpr uint32_t kFlagTiedEmbeddings = 1u, kFlagRopeInterleaved = 2u, kFlagAttentionScale = 4u;
+inline constexpr uint32_t kKnownFlags = kFlagTiedEmbeddings | kFlagRopeInterleaved | kFlagAttentionScale;
 inline constexpr size_t kMaxNameLen = 255;
 inline constexpr unsigned kMaxDims = 4;
 // Smallest directory entry: name_len(2) + 1-byte name + dtype(1) + n_dims(1) + one dim(8) + offset(8) + size(8)
@@ -92,6 +97,10 @@ inline bool align_up(uint64_t v, uint64_t& out) {
 // Encodes the 128-byte header (header_crc32 left 0: the caller computes it over header + directory).
 void encode_header(const ModelConfig& config, uint32_t n_tensors, uint64_t directory_size, uint64_t data_offset,
                    uint64_t file_size, unsigned char out[kHeaderSize]);
+
+// The header CRC-32: header bytes [0, 104), then the directory, then, only when flag bit 2 is set, the 4
+// attention_scale bytes (so files without the field keep the CRC they always had, and the field is covered when set).
+uint32_t header_crc(const unsigned char header[kHeaderSize], const unsigned char* directory, uint64_t directory_size);
 
 // Checks that `tensors` is exactly the tensor set of config's family with the shapes it implies; throws
 // sqrtdk::Error "<where>: tensor '<name>': ..." naming the first missing, unexpected or misshapen tensor.

@@ -174,11 +174,15 @@ Layout check_header(const std::string& P, const unsigned char* h, uint64_t real_
   if (l.data_offset % kAlignment != 0 || l.data_offset < dir_end || l.data_offset > real_size)
     throw header_error("data_offset " + u64s(l.data_offset) + " (expected a multiple of 64 between the directory end " +
                        u64s(dir_end) + " and the file size " + u64s(real_size) + ")");
-  for (uint64_t i = header_at::reserved; i < kHeaderSize; ++i)
-    if (h[i] != 0) throw header_error("reserved byte " + u64s(i) + " is " + std::to_string(h[i]) + " (expected 0)");
+  // Without flag bit 2 the attention_scale bytes are reserved too (files older than the field have zeros there).
+  const bool has_scale = load_u32(h + header_at::flags) & kFlagAttentionScale;
+  for (uint64_t i = has_scale ? header_at::reserved : header_at::attention_scale; i < kHeaderSize; ++i)
+    if (h[i] != 0)
+      throw header_error("reserved byte " + u64s(i) + " is " + std::to_string(h[i]) + " (expected 0" +
+                         (i < header_at::reserved ? ": flag bit 2, attention_scale present, is clear)" : ")"));
   if (verify_checksum) {
     const uint32_t stored = load_u32(h + header_at::header_crc32);
-    const uint32_t computed = crc32(h + kHeaderSize, l.dir_size, crc32(h, header_at::header_crc32));
+    const uint32_t computed = header_crc(h, h + kHeaderSize, l.dir_size);
     if (stored != computed)
       throw header_error("checksum mismatch: stored CRC-32 " + hex32(stored) + ", computed " + hex32(computed) +
                          " over the header and directory (the file is corrupt)");
@@ -192,8 +196,9 @@ ModelConfig read_config(const std::string& P, const unsigned char* h) {
                  tokenizer = load_u32(h + header_at::tokenizer);
   if (arch > 1)
     throw file_error(P + ": config: unknown arch " + std::to_string(arch) + " (expected 0 = gpt2 or 1 = llama)");
-  if (flags & ~3u)
-    throw file_error(P + ": config: unknown flag bits " + hex32(flags & ~3u) + " (expected only bits 0 and 1)");
+  if (flags & ~kKnownFlags)
+    throw file_error(P + ": config: unknown flag bits " + hex32(flags & ~kKnownFlags) +
+                     " (expected only bits 0, 1 and 2)");
   if (tokenizer > 1)
     throw file_error(P + ": config: unknown tokenizer " + std::to_string(tokenizer) +
                      " (expected 0 = none or 1 = byte_level)");
@@ -209,8 +214,9 @@ ModelConfig read_config(const std::string& P, const unsigned char* h) {
   c.max_seq = load_u32(h + header_at::max_seq);
   c.norm_eps = load_f32(h + header_at::norm_eps);
   c.rope_theta = load_f32(h + header_at::rope_theta);
-  c.tied_embeddings = flags & 1u;
-  c.rope_interleaved = flags & 2u;
+  c.tied_embeddings = flags & kFlagTiedEmbeddings;
+  c.rope_interleaved = flags & kFlagRopeInterleaved;
+  if (flags & kFlagAttentionScale) c.attention_scale = load_f32(h + header_at::attention_scale);
   c.tokenizer = static_cast<TokenizerKind>(tokenizer);
   c.bos_id = load_u32(h + header_at::bos_id);
   c.eos_id = load_u32(h + header_at::eos_id);

@@ -257,8 +257,8 @@ void WeightFileWriter::commit() {
     throw Error(s.path + ": tensor '" + quote_name(s.infos[s.current].name) + "': data incomplete (" +
                 std::to_string(s.written) + " of " + std::to_string(s.infos[s.current].size) + " bytes)");
   for (size_t i = 0; i < s.infos.size(); ++i) std::memcpy(s.dir.data() + s.crc_positions[i], &s.infos[i].crc32, 4);
-  const uint32_t header_crc = crc32(s.dir.data(), s.dir.size(), crc32(s.header, header_at::header_crc32));
-  std::memcpy(s.header + header_at::header_crc32, &header_crc, 4);
+  const uint32_t crc = header_crc(s.header, s.dir.data(), s.dir.size());
+  std::memcpy(s.header + header_at::header_crc32, &crc, 4);
   s.out->write_at(0, s.header, kHeaderSize);
   s.out->write_at(kHeaderSize, s.dir.data(), s.dir.size());
   s.out->commit();

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 namespace sqrtdk {
@@ -39,6 +40,12 @@ struct ModelConfig {
   TokenizerKind tokenizer = TokenizerKind::none;
   uint32_t bos_id = kNoToken;
   uint32_t eos_id = kNoToken;
+  // The factor on q·k before softmax. Absent: 1/√head_dim (every standard model). Set for models trained with
+  // another scale (tools/scaling_training.py trains with 1 and 1/head_dim); then finite and > 0.
+  std::optional<float> attention_scale;
+
+  // attention_scale if set, else 1/√head_dim (rounded once from double).
+  float attention_scale_or_default() const;
 
   // Throws sqrtdk::Error (prefixed with `where`) if the values make no sense together: the rules every family
   // shares, then the family's own (models/family.h).
