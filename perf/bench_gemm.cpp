@@ -113,6 +113,7 @@ std::vector<double> interleaved_medians(const std::vector<std::function<void()>>
   std::vector<int> inner;
   for (const auto& fn : fns) inner.push_back(inner_count(fn));
   auto sample = [](const std::function<void()>& fn, int n) {
+    wait_for_idle_threads();  // the previous contender's spinning workers must not hold this one's cores
     const double t0 = now_seconds();
     for (int i = 0; i < n; ++i) fn();
     return (now_seconds() - t0) / n;

@@ -78,15 +78,28 @@ if want fuzz; then
     seeds=tests/fuzz/corpus/$f
     echo "== fuzz: $f: replay $(ls "$seeds" | wc -l) seeds"
     build/fuzz/bin/"$f" -runs=0 "$seeds"
-    echo "== fuzz: $f: ${SQRTDK_FUZZ_SECONDS:-60} s"
+  done
+  # Each libFuzzer run is one thread: fuzz as many targets at once as there are cores, each for the full time.
+  fuzz_one() {
+    local f=$1 seeds=tests/fuzz/corpus/$1
     mkdir -p "$scratch/$f"
-    if ! build/fuzz/bin/"$f" -max_total_time="${SQRTDK_FUZZ_SECONDS:-60}" -print_final_stats=1 \
-         -artifact_prefix="$PWD/build/fuzz/crash-$f-" "$scratch/$f" "$seeds" >"build/fuzz/$f.log" 2>&1; then
-      tail -n 60 "build/fuzz/$f.log"
-      echo "test.sh: $f failed (log: build/fuzz/$f.log); the input is in build/fuzz/crash-$f-*" >&2
-      exit 1
-    fi
-    grep -E '^stat::(number_of_executed_units|average_exec_per_sec|new_units_added)' "build/fuzz/$f.log"
+    build/fuzz/bin/"$f" -max_total_time="${SQRTDK_FUZZ_SECONDS:-60}" -print_final_stats=1 \
+      -artifact_prefix="$PWD/build/fuzz/crash-$f-" "$scratch/$f" "$seeds" >"build/fuzz/$f.log" 2>&1
+  }
+  for ((i = 0; i < ${#fuzzers[@]}; i += jobs)); do
+    batch=("${fuzzers[@]:i:jobs}")
+    echo "== fuzz: ${batch[*]}: ${SQRTDK_FUZZ_SECONDS:-60} s each, at once"
+    pids=()
+    for f in "${batch[@]}"; do fuzz_one "$f" & pids+=($!); done
+    for k in "${!batch[@]}"; do
+      f=${batch[$k]}
+      if ! wait "${pids[$k]}"; then
+        tail -n 60 "build/fuzz/$f.log"
+        echo "test.sh: $f failed (log: build/fuzz/$f.log); the input is in build/fuzz/crash-$f-*" >&2
+        exit 1
+      fi
+      echo "-- $f:"; grep -E '^stat::(number_of_executed_units|average_exec_per_sec|new_units_added)' "build/fuzz/$f.log"
+    done
   done
   stage_done fuzz
 fi

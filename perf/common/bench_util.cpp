@@ -6,8 +6,11 @@
 #include <sqrtdk/error.h>
 
 #include <omp.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <filesystem>
+#include <thread>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
@@ -71,6 +74,26 @@ double now_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
+double wait_for_idle_threads(double limit_seconds) {
+  const double t0 = now_seconds();
+  const std::string self = std::to_string(static_cast<long>(::gettid()));
+  for (;;) {
+    // /proc/self/task/<tid>/stat: "tid (comm) state ...": state R is running or runnable (a spinning worker).
+    bool running = false;
+    for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
+      if (task.path().filename() == self) continue;
+      std::ifstream stat(task.path() / "stat");
+      std::string line;
+      std::getline(stat, line);
+      const size_t close = line.rfind(')');
+      if (close != std::string::npos && close + 2 < line.size() && line[close + 2] == 'R') running = true;
+    }
+    const double waited = now_seconds() - t0;
+    if (!running || waited >= limit_seconds) return waited;
+    std::this_thread::sleep_for(std::chrono::microseconds(500));
+  }
+}
+
 double median(std::vector<double> v) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
@@ -79,8 +102,9 @@ double median(std::vector<double> v) {
 }
 
 double median_seconds(const std::function<void()>& fn, int reps, double min_seconds) {
+  wait_for_idle_threads();  // a previous contender's spinning workers must not hold this one's cores
   double t0 = now_seconds();
-  fn();  // warm-up: faults in buffers, warms caches and the OpenMP pool
+  fn();  // warm-up: faults in buffers, warms caches and the thread pools
   const double once = now_seconds() - t0;
   const int inner = once >= min_seconds ? 1 : static_cast<int>(std::min(1000.0, min_seconds / std::max(once, 1e-9)));
   std::vector<double> samples;
@@ -93,6 +117,7 @@ double median_seconds(const std::function<void()>& fn, int reps, double min_seco
 }
 
 double median_seconds_cold(const std::function<void()>& fn, int reps) {
+  wait_for_idle_threads();
   // Written before each timed call: twice the L3 (at least 96 MiB: 3x a 32 MiB L3 when sysfs says nothing), so
   // nothing fn reads survives in any cache. 96 MiB fixed was a third of this VM's 300 MiB L3.
   static AlignedBuffer<float> evict(

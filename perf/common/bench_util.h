@@ -35,6 +35,12 @@ struct BenchArgs {
 
 double now_seconds();
 
+// Waits, up to `limit_seconds`, until every other thread of this process sleeps; returns the seconds waited. A
+// library's worker threads keep spinning for a while after its call returns (libgomp's GOMP_SPINCOUNT for oneDNN,
+// OpenBLAS's thread timeout), and on a 2-core machine a spinning worker holds the core the next contender's
+// threads need: interleaved benchmarks call this before each sample, so every contender starts on idle cores.
+double wait_for_idle_threads(double limit_seconds = 0.5);
+
 // Runs `fn` once to warm up, then `reps` times; returns the median seconds per run. If a run is shorter than
 // `min_seconds`, it is repeated within one timed sample and the mean taken (so tiny kernels time accurately).
 double median_seconds(const std::function<void()>& fn, int reps, double min_seconds = 0.01);
