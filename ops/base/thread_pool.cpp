@@ -23,6 +23,10 @@ using Clock = std::chrono::steady_clock;
 // (bench-busy, 3 hogs, interleaved medians of 31, 2-vCPU Xeon VM shared with other builds, 2026-11-30) spins of
 // 0 and 50 us both kept 2 threads at 0.98–1.03x of 1 thread; 200 us once fell to 0.11x (prefill).
 constexpr std::chrono::nanoseconds kDefaultSpin = std::chrono::microseconds(50);
+// Back-off (thread_pool.h): a wait over this long for helper-claimed items is a preemption, not a slow item on an
+// idle machine (a futex wake is tens of microseconds; a scheduler time slice milliseconds).
+constexpr std::chrono::nanoseconds kBackoffWait = std::chrono::microseconds(200);
+constexpr int kMinBackoffJobs = 16, kMaxBackoffJobs = 1024;
 
 // The claim word: generation in the high 32 bits, next unclaimed item in the low 32. kClosed marks a finished job:
 // no item index reaches it, so no claim on that generation can succeed any more.
@@ -126,6 +130,12 @@ void ThreadPool::run(int n_threads, size_t n_items, void* ctx, Call call) {
     std::atomic<bool>& busy;
     ~Release() { busy.store(false, std::memory_order_release); }
   } release{busy_};
+  if (serial_jobs_left_ > 0) {  // backing off: helpers were preempted mid-item recently
+    --serial_jobs_left_;
+    const ItemDepth depth;
+    for (size_t i = 0; i < n_items; ++i) call(ctx, i, 0);
+    return;
+  }
   if (n_items <= kMaxJobItems) {
     run_job(n_threads, static_cast<uint32_t>(n_items), ctx, call);
     return;
@@ -173,9 +183,18 @@ void ThreadPool::run_job(int n_threads, uint32_t n_items, void* ctx, Call call) 
     h.wake.fetch_add(1, std::memory_order_release);
     h.wake.notify_one();  // a futex wake only if the helper sleeps (not while it spins)
   }
+  const Clock::time_point started = Clock::now();
   claim_items(0);
+  const Clock::time_point own_done = Clock::now();
   // Wait for the items the helpers claimed (not for the helpers: one that never woke claimed nothing).
   await(remaining_, options_.spin, [](uint32_t left) { return left == 0; });
+  const Clock::duration waited = Clock::now() - own_done, worked = own_done - started;
+  if (waited > std::max<Clock::duration>(kBackoffWait, worked)) {
+    serial_jobs_left_ = std::max(backoff_jobs_, kMinBackoffJobs);
+    backoff_jobs_ = std::min(serial_jobs_left_ * 2, kMaxBackoffJobs);
+  } else if (waited < worked / 4) {
+    backoff_jobs_ = 0;
+  }
   claim_.store((uint64_t{generation} << 32) | kClosed, std::memory_order_seq_cst);
 
   if (error_) {

@@ -152,6 +152,45 @@ TEST_CASE("thread_pool: the caller finishes a job alone while its helpers are he
   CHECK(helper_items.load() > 0);
 }
 
+TEST_CASE("thread_pool: after a helper held a claimed item far past the caller's own work, jobs back off to the caller") {
+  // A helper that keeps a claimed item much longer than the caller worked looks like a thread the OS preempted
+  // mid-item (other processes hold the cores): the caller had to wait for it. The pool then runs the next jobs on
+  // the caller alone rather than waiting a time slice per job, and tries its helpers again later. Results cannot
+  // change: items never depend on who runs them.
+  ThreadPool pool;
+  std::atomic<int> helper_items{0};
+  for (int attempt = 0; attempt < 50 && helper_items.load() == 0; ++attempt)
+    pool.parallel_for(2, 64, [&](size_t, int worker) {
+      if (worker != 0) {
+        helper_items.fetch_add(1);
+        std::this_thread::sleep_for(std::chrono::milliseconds(30));  // "preempted" for 30 ms
+      } else {
+        std::this_thread::sleep_for(std::chrono::microseconds(20));  // the caller's 63 items: ~1.3 ms
+      }
+    });
+  REQUIRE(helper_items.load() > 0);
+
+  std::atomic<int> by_helpers{0};
+  std::vector<std::atomic<int>> runs(64);
+  pool.parallel_for(2, 64, [&](size_t item, int worker) {
+    runs[item].fetch_add(1);
+    if (worker != 0) by_helpers.fetch_add(1);
+  });
+  CHECK(by_helpers.load() == 0);  // the next job ran on the caller alone
+  for (auto& r : runs) CHECK(r.load() == 1);
+
+  // The back-off is bounded: within a few dozen jobs the helper takes part again.
+  std::atomic<int> helper_again{0};
+  int jobs = 0;
+  for (; jobs < 2000 && helper_again.load() == 0; ++jobs)
+    pool.parallel_for(2, 64, [&](size_t, int worker) {
+      if (worker != 0) helper_again.fetch_add(1);
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+    });
+  CHECK(helper_again.load() > 0);
+  CHECK(jobs > 1);
+}
+
 TEST_CASE("thread_pool: the first exception is rethrown on the caller; the pool stays usable") {
   ThreadPool pool;
   for (int n_threads : {1, 2, 4}) {
