@@ -728,15 +728,15 @@ std::string render_zephyr(std::span<const ChatMessage> messages, bool add_genera
 ChatTemplate analyze_chat_template(std::string_view jinja) {
   const auto items = lex_template(jinja);
   if (!items || items->empty()) return {};
-  for (const KnownTemplate& known : kKnownTemplates) {
-    static const std::vector<std::vector<JinjaItem>> references = [] {
-      std::vector<std::vector<JinjaItem>> lexed;
-      for (const KnownTemplate& k : kKnownTemplates) lexed.push_back(lex_template(k.jinja).value());
-      return lexed;
-    }();
+  static const std::vector<std::vector<JinjaItem>> references = [] {
+    std::vector<std::vector<JinjaItem>> lexed;
+    for (const KnownTemplate& known : kKnownTemplates) lexed.push_back(lex_template(known.jinja).value());
+    return lexed;
+  }();
+  for (size_t i = 0; i < references.size(); ++i) {
     std::optional<std::string> system;
-    if (items_match(references[static_cast<size_t>(&known - kKnownTemplates)], *items, system))
-      return ChatTemplate{known.kind, system.value_or(""), known.qwen3_thinking};
+    if (items_match(references[i], *items, system))
+      return ChatTemplate{kKnownTemplates[i].kind, system.value_or(""), kKnownTemplates[i].qwen3_thinking};
   }
   return {};
 }
