@@ -29,6 +29,9 @@ TokenizerSpec small_spec() {
   s.eos_id = 257;
   s.add_bos = true;
   s.chat_template = ChatTemplateKind::chatml;
+  s.chat_template_jinja =
+      "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + "
+      "'\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
   s.end_of_turn_ids = {257};
   return s;
 }
@@ -78,6 +81,7 @@ void check_same(const TokenizerSpec& a, const TokenizerSpec& b) {
   CHECK(a.add_eos == b.add_eos);
   CHECK(a.chat_template == b.chat_template);
   CHECK(a.end_of_turn_ids == b.end_of_turn_ids);
+  CHECK(a.chat_template_jinja == b.chat_template_jinja);
 }
 
 }  // namespace
@@ -233,6 +237,12 @@ TEST_CASE("format tokenizer section: the writer refuses a spec that does not fit
     TokenizerSpec s = small_spec();
     s.merges.push_back({1, 2});
     CHECK_THROWS_WITH_AS(write_with_tokenizer(bpe_fixture(), path, s), doctest::Contains("not in the vocabulary"),
+                         Error);
+  }
+  SUBCASE("a chat template kind that its Jinja text is not") {
+    TokenizerSpec s = small_spec();
+    s.chat_template = ChatTemplateKind::llama3;
+    CHECK_THROWS_WITH_AS(write_with_tokenizer(bpe_fixture(), path, s), doctest::Contains("Jinja text is chatml"),
                          Error);
   }
   SUBCASE("config says bpe but no tokenizer is given") {

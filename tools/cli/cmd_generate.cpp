@@ -2,6 +2,7 @@
 #include "tools/cli/cli_util.h"
 #include "tools/cli/commands.h"
 
+#include <sqrtdk/chat.h>
 #include <sqrtdk/error.h>
 #include <sqrtdk/tokenizer.h>
 
@@ -23,13 +24,26 @@ struct GenerateArgs {
   std::vector<std::string> stop_text;  // --stop-text: always text (e.g. "10" as two characters)
   bool json = false;
   bool ignore_eos = false;
+  bool chat = false;   // --chat: the prompt is a user message in the model's chat template
+  std::string system;  // --system: a system message before it
 };
 
 void run(GenerateArgs& a) {
   auto model = a.model.load();
   const ModelConfig& c = model->config();
   const Tokenizer* tokenizer = model->tokenizer();
-  const std::vector<uint32_t> tokens = a.prompt.resolve(*model);
+  std::vector<uint32_t> tokens;
+  if (a.chat) {
+    if (!a.prompt.tokens.empty()) throw CLI::ValidationError("--chat", "takes --prompt text, not --tokens");
+    std::vector<ChatMessage> messages;
+    if (!a.system.empty()) messages.push_back({"system", a.system});
+    messages.push_back({"user", a.prompt.prompt});
+    const std::string rendered = render_chat(model->require_tokenizer(), messages, /*add_generation_prompt=*/true);
+    tokens = tokenizer->encode(rendered, /*add_special=*/false);  // the template writes BOS where it wants it
+  } else {
+    if (!a.system.empty()) throw CLI::ValidationError("--system", "needs --chat");
+    tokens = a.prompt.resolve(*model);
+  }
   // --stop values made only of digits and commas are token ids; anything else (and every --stop-text) is text:
   // generation stops as soon as the generated text contains it, and the text is cut before it (as OpenAI's `stop`).
   a.gen.stop_strings = a.stop_text;
@@ -59,7 +73,7 @@ void run(GenerateArgs& a) {
   // Text models stream whole UTF-8 characters as they become final (never half a character, never a stop string).
   const bool text = tokenizer && !a.json;
   if (text) {
-    std::fputs(a.prompt.tokens.empty() ? a.prompt.prompt.c_str() : "", stdout);
+    std::fputs(a.prompt.tokens.empty() && !a.chat ? a.prompt.prompt.c_str() : "", stdout);
     std::fflush(stdout);
     a.gen.on_text = [](std::string_view piece) {
       std::fwrite(piece.data(), 1, piece.size(), stdout);
@@ -112,6 +126,10 @@ void add_generate_command(CLI::App& app) {
   cmd->add_option("--stop-text", a->stop_text, "stop at this text, even if it is all digits (e.g. \"10\"); repeatable")
       ->allow_extra_args(false);
   cmd->add_flag("--ignore-eos", a->ignore_eos, "do not stop at the model's end tokens");
+  cmd->add_flag("--chat", a->chat,
+                "the prompt is a user message, rendered with the model's chat template (ChatML, Llama 2, Llama 3, "
+                "Zephyr); prints the reply");
+  cmd->add_option("--system", a->system, "--chat: a system message first");
   cmd->add_flag("--json", a->json, "print the generated ids (and text), and why generation stopped, as JSON");
   cmd->callback([a] { run(*a); });
 }

@@ -72,4 +72,10 @@ std::string render_chat(const ChatTemplate& chat_template, std::span<const ChatM
 std::string render_chat(ChatTemplateKind kind, std::span<const ChatMessage> messages, bool add_generation_prompt,
                         std::string_view bos_token, std::string_view eos_token);
 
+// The chat prompt for a model: its tokenizer's template (the variant read from the stored Jinja source when the
+// file has it, else the kind's base form) with BOS/EOS written as the tokenizer's own pieces. Encode the result
+// with add_special = false (the templates write BOS themselves where they want it). Throws sqrtdk::Error
+// (unsupported) naming the reason when the tokenizer has no template the engine renders.
+std::string render_chat(const Tokenizer& tokenizer, std::span<const ChatMessage> messages, bool add_generation_prompt);
+
 }  // namespace sqrtdk

@@ -62,6 +62,10 @@ struct TokenizerSpec {
   bool add_bos = false;           // encode(add_special = true) starts with BOS
   bool add_eos = false;           // ... and ends with EOS
   ChatTemplateKind chat_template = ChatTemplateKind::none;
+  // The Jinja source of the chat template (tokenizer_config.json's chat_template), kept because the kind alone does
+  // not say everything rendering needs (Qwen2's default system message, Qwen3's <think> handling: <sqrtdk/chat.h>
+  // analyze_chat_template). When set, chat_template must be what it detects as. At most 64 KiB.
+  std::string chat_template_jinja;
   std::vector<uint32_t> end_of_turn_ids;  // besides eos: tokens that end a reply (<|im_end|>, <|eot_id|>, ...)
 
   // Throws sqrtdk::Error "<where>: ..." when the spec is inconsistent: ids out of range, duplicate pieces, a

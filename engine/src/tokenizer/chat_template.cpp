@@ -696,9 +696,9 @@ std::string render_llama2(std::span<const ChatMessage> messages, std::string_vie
     std::string content = message.content;
     if (i == 0 && has_system) content = "<<SYS>>\n" + messages[0].content + "\n<</SYS>>\n\n" + content;
     if (message.role == "user") {
-      out += std::string(bos) + "[INST] " + python_strip(content) + " [/INST]";
-    } else {
-      out += " " + python_strip(content) + " " + std::string(eos);
+      out.append(bos).append("[INST] ").append(python_strip(content)).append(" [/INST]");
+    } else {  // (appended piece by piece: GCC 12 flags `" " + std::string` here with a false -Wrestrict)
+      out.append(" ").append(python_strip(content)).append(" ").append(eos);
     }
   }
   return out;

@@ -1,6 +1,7 @@
 // TokenizerSpec: validation, the SentencePiece merge list, and the .sqdk tokenizer section (engine/FORMAT.md
 // "Tokenizer section"): a flat little-endian record read with a bounds-checked cursor, like the tensor directory.
 #include <sqrtdk/error.h>
+#include <sqrtdk/chat.h>
 #include <sqrtdk/tokenizer.h>
 
 #include <algorithm>
@@ -28,6 +29,7 @@ namespace {
 constexpr uint64_t kMaxIds = 1u << 24;
 constexpr uint64_t kMaxPieceBytes = 4096;
 constexpr uint64_t kMaxRegexBytes = 4096;
+constexpr uint64_t kMaxTemplateBytes = 65536;
 constexpr uint32_t kLastChatTemplate = static_cast<uint32_t>(ChatTemplateKind::zephyr);
 
 bool valid_utf8(std::string_view s) {
@@ -139,6 +141,16 @@ void TokenizerSpec::validate(const std::string& where) const {
   if (add_eos && eos_id == kNoToken) fail("add_eos is set but there is no eos id");
   if (static_cast<uint32_t>(chat_template) > kLastChatTemplate)
     fail("unknown chat template kind " + std::to_string(static_cast<uint32_t>(chat_template)));
+  if (chat_template_jinja.size() > kMaxTemplateBytes)
+    fail("chat template of " + std::to_string(chat_template_jinja.size()) + " bytes (expected at most " +
+         std::to_string(kMaxTemplateBytes) + ")");
+  if (!chat_template_jinja.empty()) {
+    if (!valid_utf8(chat_template_jinja)) fail("the chat template is not valid UTF-8");
+    const ChatTemplateKind detected = detect_chat_template(chat_template_jinja);
+    if (detected != chat_template)
+      fail(std::string("chat template kind ") + chat_template_name(chat_template) + " but its Jinja text is " +
+           chat_template_name(detected));
+  }
   if (end_of_turn_ids.size() > 64) fail("more than 64 end-of-turn ids");
   for (uint32_t id : end_of_turn_ids)
     if (id >= n_ids) fail("end-of-turn id " + std::to_string(id) + " is out of range");
@@ -279,6 +291,7 @@ std::vector<unsigned char> serialize_tokenizer(const TokenizerSpec& s) {
   }
   o.u32(static_cast<uint32_t>(s.end_of_turn_ids.size()));
   for (uint32_t id : s.end_of_turn_ids) o.u32(id);
+  o.str(s.chat_template_jinja);
   return std::move(o.b);
 }
 
@@ -333,6 +346,7 @@ TokenizerSpec deserialize_tokenizer(const unsigned char* data, size_t size, cons
   const uint32_t n_eot = in.count("n_end_of_turn", 64, 4);
   s.end_of_turn_ids.resize(n_eot);
   for (uint32_t i = 0; i < n_eot; ++i) s.end_of_turn_ids[i] = in.u32("end-of-turn id");
+  s.chat_template_jinja = in.str("chat template", kMaxTemplateBytes);
   if (in.left() != 0) in.fail(std::to_string(in.left()) + " bytes after the last field");
   s.validate(where);
   return s;
