@@ -8,16 +8,19 @@ As a module:
     write_sqdk("model.sqdk", config, [("tok_emb", array), ...])   # tensors in file order
     config, tensors = read_sqdk("model.sqdk")                      # tensors: list of (name, array)
 config is a dict: arch ("gpt2" | "llama"), d_model, n_layers, n_heads, n_kv_heads, head_dim, d_ff, n_vocab,
-max_seq, norm_eps, rope_theta, tied_embeddings, rope_interleaved, tokenizer ("none" | "byte_level"), bos_id,
+max_seq, norm_eps, rope_theta, tied_embeddings, rope_interleaved, tokenizer ("none" | "byte_level" | "bpe"), bos_id,
 eos_id (None = no token), attention_scale (absent or None = the default 1/sqrt(head_dim); else finite and > 0,
 stored with flag bit 2 at header offset 108). Each tensor is (name, array) or (name, array, dtype) with dtype "f32" | "f16" | "bf16";
 without a dtype, float16 arrays are stored as f16 and other floats as f32. For bf16, pass float arrays (rounded to
-nearest even, as the C++ f32_to_bf16) or uint16 arrays holding the raw bf16 bits.
+nearest even, as the C++ f32_to_bf16) or uint16 arrays holding the raw bf16 bits. write_sqdk(..., tokenizer=dict)
+adds the tokenizer section (format version 2; see tokenizer_section).
 
 As a command:
     sqdk.py info FILE                 print the config and tensor table (checks every CRC)
     sqdk.py from-spec SPEC.json OUT [SPEC.json OUT ...]
                                       write the synthetic test model each spec describes (tests/data/format_*.json)
+    sqdk.py from-spec-with-tokenizer SPEC.json TOKENIZER.json OUT
+                                      the same with a tokenizer section (TOKENIZER.json: TokenizerSpec's fields)
 """
 import json
 import math
@@ -31,6 +34,8 @@ import numpy as np
 
 MAGIC = b"SQDK"
 VERSION = 1
+VERSION_TOKENIZER = 2  # files with a tokenizer section (FORMAT.md "Tokenizer section")
+TOKENIZER_OFFSET = 112  # version 2: u64 offset, u32 size, u32 CRC-32 of the section
 HEADER_SIZE = 128
 HEADER_CRC_OFFSET = 104
 ATTENTION_SCALE_OFFSET = 108
@@ -38,7 +43,9 @@ FLAG_ATTENTION_SCALE = 4  # flags bit 2: the f32 at ATTENTION_SCALE_OFFSET is th
 ALIGN = 64
 NO_TOKEN = 0xFFFFFFFF
 ARCHS = {"gpt2": 0, "llama": 1}
-TOKENIZERS = {"none": 0, "byte_level": 1}
+TOKENIZERS = {"none": 0, "byte_level": 1, "bpe": 2}
+TOKENIZER_STYLES = {"byte_level_bpe": 1, "sentencepiece_bpe": 2}
+CHAT_TEMPLATES = {"none": 0, "chatml": 1, "llama2": 2, "llama3": 3, "zephyr": 4}
 DTYPES = {"f32": 0, "f16": 1, "bf16": 2}
 DTYPE_SIZE = {"f32": 4, "f16": 2, "bf16": 2}
 
@@ -49,9 +56,12 @@ _CONFIG_FIELDS = [(20, "I", "d_model"), (24, "I", "n_layers"), (28, "I", "n_head
 
 
 def _header_crc(header, directory, flags):
-    """CRC-32 of header bytes 0..103, then the directory, then (flag bit 2 only) the attention scale's 4 bytes."""
+    """CRC-32 of header bytes 0..103, then the directory, then: version 1, the attention scale's 4 bytes (flag bit 2
+    only); version 2, header bytes 108..127."""
     crc = zlib.crc32(bytes(directory), zlib.crc32(bytes(header[:HEADER_CRC_OFFSET])))
-    if flags & FLAG_ATTENTION_SCALE:
+    if struct.unpack_from("<I", header, 4)[0] >= VERSION_TOKENIZER:
+        crc = zlib.crc32(bytes(header[ATTENTION_SCALE_OFFSET:HEADER_SIZE]), crc)
+    elif flags & FLAG_ATTENTION_SCALE:
         crc = zlib.crc32(bytes(header[ATTENTION_SCALE_OFFSET:ATTENTION_SCALE_OFFSET + 4]), crc)
     return crc
 
@@ -85,9 +95,44 @@ def _tensor_bytes(array, dtype):
     return dtype, data.tobytes()
 
 
-def write_sqdk(path, config, tensors):
-    """Writes a .sqdk file: a temporary file beside `path`, fsync, rename (never a partial file under `path`)."""
+def tokenizer_section(t):
+    """The tokenizer section's bytes (FORMAT.md) from a dict with TokenizerSpec's field names (tokenizer.h); the C++
+    loader checks the content (unique pieces, merges in the vocabulary, ...)."""
+    def u32(*values):
+        return struct.pack(f"<{len(values)}I", *values)
+
+    def text(s):
+        raw = s.encode("utf-8")
+        return u32(len(raw)) + raw
+
+    token = lambda v: NO_TOKEN if v is None else int(v)
+    flags = sum(bit for bit, key in ((1, "nfc"), (2, "add_prefix_space"), (4, "ignore_merges"), (8, "byte_fallback"),
+                                     (16, "add_bos"), (32, "add_eos")) if t.get(key))
+    out = bytearray(b"SQTK") + u32(1, TOKENIZER_STYLES[t["style"]], flags)
+    out += u32(*(token(t.get(k)) for k in ("unk_id", "bos_id", "eos_id", "pad_id")))
+    out += u32(CHAT_TEMPLATES[t.get("chat_template", "none")]) + text(t.get("split_regex", ""))
+    out += u32(len(t["vocab"])) + b"".join(text(p) for p in t["vocab"])
+    out += u32(len(t.get("merges", []))) + b"".join(u32(a, b) for a, b in t.get("merges", []))
+    added = t.get("added", [])
+    out += u32(len(added))
+    for a in added:
+        bits = sum(bit for bit, key in ((1, "special"), (2, "lstrip"), (4, "rstrip"), (8, "normalized"),
+                                        (16, "single_word")) if a.get(key, key == "special"))
+        out += u32(a["id"]) + struct.pack("<B", bits) + text(a["content"])
+    eot = t.get("end_of_turn_ids", [])
+    out += u32(len(eot)) + (u32(*eot) if eot else b"") + text(t.get("chat_template_jinja", ""))
+    return bytes(out)
+
+
+def write_sqdk(path, config, tensors, tokenizer=None):
+    """Writes a .sqdk file: a temporary file beside `path`, fsync, rename (never a partial file under `path`).
+
+    tokenizer: a dict as tokenizer_section takes; the file is then version 2 with the section after the tensors
+    (config "tokenizer" must be "bpe" and its bos_id/eos_id the tokenizer's)."""
     c = dict(config)
+    section = tokenizer_section(tokenizer) if tokenizer is not None else None
+    if (section is None) != (c.get("tokenizer", "none") != "bpe"):
+        raise ValueError(f"{path}: config tokenizer 'bpe' goes with a tokenizer section, and only with one")
     entries, blobs, names = [], [], set()
     for item in tensors:
         name, array = item[0], item[1]
@@ -112,9 +157,14 @@ def write_sqdk(path, config, tensors):
         directory += struct.pack(f"<{len(shape)}Q", *shape) + struct.pack("<QQI", offset, size, crc)
         end = offset + size
 
+    tensors_end = end
+    if section is not None:
+        end = _align(tensors_end) + len(section)
     header = bytearray(HEADER_SIZE)
     header[0:4] = MAGIC
-    struct.pack_into("<IQI", header, 4, VERSION, end, ARCHS[c["arch"]])
+    struct.pack_into("<IQI", header, 4, VERSION if section is None else VERSION_TOKENIZER, end, ARCHS[c["arch"]])
+    if section is not None:
+        struct.pack_into("<QII", header, TOKENIZER_OFFSET, _align(tensors_end), len(section), zlib.crc32(section))
     for at, code, key in _CONFIG_FIELDS:
         default = {"norm_eps": 1e-5, "rope_theta": 10000.0 if c["arch"] == "llama" else 0.0}.get(key)
         struct.pack_into("<" + code, header, at, c.get(key, default))
@@ -148,6 +198,9 @@ def write_sqdk(path, config, tensors):
                 f.write(b"\0" * (_align(pos) - pos))
                 f.write(data)
                 pos = _align(pos) + size
+            if section is not None:
+                f.write(b"\0" * (_align(pos) - pos))
+                f.write(section)
             f.flush()
             os.fsync(f.fileno())
         os.chmod(tmp, 0o644)
@@ -172,7 +225,7 @@ def read_sqdk(path, verify=True):
     if len(buf) < HEADER_SIZE or buf[:4] != MAGIC:
         raise ValueError(f"{path}: not a .sqdk file")
     version, file_size, arch = struct.unpack_from("<IQI", buf, 4)
-    if version != VERSION or file_size != len(buf):
+    if version not in (VERSION, VERSION_TOKENIZER) or file_size != len(buf):
         raise ValueError(f"{path}: version {version} or file_size {file_size} != {len(buf)}")
     c = {"arch": {v: k for k, v in ARCHS.items()}[arch]}
     for at, code, key in _CONFIG_FIELDS:
@@ -244,14 +297,19 @@ def spec_values(index, n):
     return (((i * 7 + index * 3) % 17) - 8).astype(np.float32) / 16.0
 
 
-def write_from_spec(spec_path, out_path):
+def write_from_spec(spec_path, out_path, tokenizer_path=None):
     with open(spec_path) as f:
         spec = json.load(f)
     tensors = []
     for index, t in enumerate(spec["tensors"]):
         n = int(np.prod(t["shape"]))
         tensors.append((t["name"], spec_values(index, n).reshape(t["shape"]), t["dtype"]))
-    write_sqdk(out_path, spec["config"], tensors)
+    config, tokenizer = spec["config"], None
+    if tokenizer_path:
+        with open(tokenizer_path, encoding="utf-8") as f:
+            tokenizer = json.load(f)
+        config = dict(config, tokenizer="bpe", bos_id=tokenizer.get("bos_id"), eos_id=tokenizer.get("eos_id"))
+    write_sqdk(out_path, config, tensors, tokenizer)
 
 
 def _info(path):
@@ -265,6 +323,8 @@ def main(argv):
     if len(argv) >= 3 and len(argv) % 2 == 1 and argv[0] == "from-spec":
         for spec, out in zip(argv[1::2], argv[2::2]):
             write_from_spec(spec, out)
+    elif len(argv) == 4 and argv[0] == "from-spec-with-tokenizer":
+        write_from_spec(argv[1], argv[3], argv[2])
     elif len(argv) == 2 and argv[0] == "info":
         _info(argv[1])
     else:

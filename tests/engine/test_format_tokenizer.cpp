@@ -9,6 +9,8 @@
 
 #include "tests/engine/test_format_util.h"
 
+#include <cstdlib>
+#include <fstream>
 #include <random>
 
 namespace sqrtdk::test {
@@ -84,7 +86,58 @@ void check_same(const TokenizerSpec& a, const TokenizerSpec& b) {
   CHECK(a.chat_template_jinja == b.chat_template_jinja);
 }
 
+// tests/data/format_tokenizer.json (TokenizerSpec's fields, as tools/sqdk.py takes them) as a spec.
+TokenizerSpec spec_from_json(const std::string& path) {
+  std::ifstream f(path);
+  REQUIRE(f.good());
+  const nlohmann::json j = nlohmann::json::parse(f);
+  TokenizerSpec s;
+  s.style = j["style"] == "byte_level_bpe" ? TokenizerStyle::byte_level_bpe : TokenizerStyle::sentencepiece_bpe;
+  s.vocab = j["vocab"].get<std::vector<std::string>>();
+  for (const auto& m : j["merges"]) s.merges.emplace_back(m[0].get<uint32_t>(), m[1].get<uint32_t>());
+  for (const auto& a : j["added"])
+    s.added.push_back({a["id"].get<uint32_t>(), a["content"].get<std::string>(), a.value("special", true),
+                       a.value("lstrip", false), a.value("rstrip", false), a.value("normalized", false),
+                       a.value("single_word", false)});
+  s.split_regex = j.value("split_regex", "");
+  s.nfc = j.value("nfc", false);
+  s.add_prefix_space = j.value("add_prefix_space", false);
+  s.ignore_merges = j.value("ignore_merges", false);
+  s.byte_fallback = j.value("byte_fallback", false);
+  auto id = [&](const char* key) { return j.contains(key) ? j[key].get<uint32_t>() : kNoToken; };
+  s.unk_id = id("unk_id");
+  s.bos_id = id("bos_id");
+  s.eos_id = id("eos_id");
+  s.pad_id = id("pad_id");
+  s.add_bos = j.value("add_bos", false);
+  s.add_eos = j.value("add_eos", false);
+  REQUIRE(j.value("chat_template", "none") == std::string("chatml"));
+  s.chat_template = ChatTemplateKind::chatml;
+  s.chat_template_jinja = j.value("chat_template_jinja", "");
+  s.end_of_turn_ids = j.value("end_of_turn_ids", std::vector<uint32_t>{});
+  return s;
+}
+
 }  // namespace
+
+TEST_CASE("format tokenizer section: tools/sqdk.py writes it byte-identical to the C++ writer") {
+  TempDir dir;
+  const std::string spec_path = std::string(SQRTDK_TEST_DATA_DIR) + "/format_tokenizer.json";
+  const std::string py = dir.file("py.sqdk"), cpp = dir.file("cpp.sqdk");
+  const std::string command = "/usr/bin/python3 " SQRTDK_SOURCE_DIR "/tools/sqdk.py from-spec-with-tokenizer " +
+                              fixture_spec_path("llama") + " " + spec_path + " " + py + " 2>" + dir.file("err.txt");
+  if (std::system(command.c_str()) != 0) {
+    if (std::system("/usr/bin/python3 -c 'import numpy' >/dev/null 2>&1") != 0) {
+      MESSAGE("skipped: /usr/bin/python3 cannot import numpy (install python3-numpy to run this check)");
+      return;
+    }
+    FAIL("tools/sqdk.py failed: " << std::ifstream(dir.file("err.txt")).rdbuf());
+  }
+  const TokenizerSpec spec = spec_from_json(spec_path);
+  write_with_tokenizer(bpe_fixture(), cpp, spec);
+  CHECK(read_bytes(py) == read_bytes(cpp));
+  check_same(*WeightFile::open(py)->tokenizer(), spec);
+}
 
 TEST_CASE("format tokenizer section: written, read back field for field, tensors unchanged") {
   TempDir dir;

@@ -16,9 +16,14 @@ sys.path.insert(0, os.path.join(ROOT, "tools"))
 import sqdk  # noqa: E402
 
 
-def build(spec_name, dtype=None):
+def build(spec_name, dtype=None, tokenizer_name=None):
     with open(os.path.join(ROOT, "tests", "data", spec_name)) as f:
         spec = json.load(f)
+    config, tokenizer = spec["config"], None
+    if tokenizer_name:  # format version 2: the tokenizer section after the tensors
+        with open(os.path.join(ROOT, "tests", "data", tokenizer_name), encoding="utf-8") as f:
+            tokenizer = json.load(f)
+        config = dict(config, tokenizer="bpe", bos_id=tokenizer.get("bos_id"), eos_id=tokenizer.get("eos_id"))
     tensors = []
     for index, t in enumerate(spec["tensors"]):
         n = 1
@@ -27,7 +32,7 @@ def build(spec_name, dtype=None):
         tensors.append((t["name"], sqdk.spec_values(index, n).reshape(t["shape"]), dtype or t["dtype"]))
     with tempfile.TemporaryDirectory() as d:
         p = os.path.join(d, "m.sqdk")
-        sqdk.write_sqdk(p, spec["config"], tensors)
+        sqdk.write_sqdk(p, config, tensors, tokenizer)
         with open(p, "rb") as f:
             return f.read()
 
@@ -60,6 +65,12 @@ def main():
     if struct.unpack_from("<H", g, second)[0] == name_len:
         dup[second + 2: second + 2 + name_len] = g[130: 130 + name_len]
     seeds["gpt2_duplicate_name.sqdk"] = bytes(dup)
+    t = build("format_llama.json", "f16", "format_tokenizer.json")
+    seeds["llama_f16_tokenizer.sqdk"] = t
+    section = struct.unpack_from("<Q", t, 112)[0]
+    cut = bytearray(t)
+    struct.pack_into("<I", cut, section + 36, 0xFFFF)  # the regex length: past the end of the section
+    seeds["llama_tokenizer_bad_length.sqdk"] = bytes(cut)
     seeds["empty.sqdk"] = b""
     seeds["magic_only.sqdk"] = b"SQDK"
     for name, blob in seeds.items():
