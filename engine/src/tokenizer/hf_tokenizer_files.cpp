@@ -19,6 +19,8 @@
 #define SQRTDK_HAVE_CHAT_DETECT 1
 #endif
 
+#include "engine/src/tokenizer/text.h"
+
 #include <nlohmann/json.hpp>
 #include <sentencepiece_processor.h>
 
@@ -247,6 +249,7 @@ void read_pre_tokenizer(const json& p, TokenizerSpec& spec, const std::string& f
                                          "' is not supported (only Isolated)");
       if (get<bool>(split, "invert", false, file, at)) fail(file, at + ".invert", "true is not supported");
       spec.split_regex = string_pattern(split.value("pattern", json()), file, at + ".pattern");
+      tok::SplitRegex check(spec.split_regex, file + ": " + at + ".pattern");  // compiles, or names the field
       return read_byte_level(seq[1], spec, true, file, "pre_tokenizer.pretokenizers[1]");
     }
     fail(file, "pre_tokenizer.pretokenizers", "only [ByteLevel] or [Split, ByteLevel] are supported");
@@ -353,10 +356,13 @@ uint32_t config_token(const json& cfg, const char* key, const TokenizerSpec& spe
   return id;
 }
 
-// Besides eos, the tokens that end a turn: the chat markers of the families sqrtdk runs.
+// Besides eos, the tokens that end a turn: the chat markers of the families sqrtdk runs, when they are added tokens
+// (Qwen's vocabulary also has "</s>" as plain text).
 void add_end_of_turn_ids(TokenizerSpec& spec) {
   for (const char* marker : {"<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<|end_of_text|>", "<|endoftext|>", "</s>"}) {
-    const uint32_t id = token_id(spec, marker);
+    uint32_t id = kNoToken;
+    for (const AddedToken& a : spec.added)
+      if (a.content == marker) id = a.id;
     if (id != kNoToken && id != spec.eos_id &&
         std::find(spec.end_of_turn_ids.begin(), spec.end_of_turn_ids.end(), id) == spec.end_of_turn_ids.end())
       spec.end_of_turn_ids.push_back(id);
