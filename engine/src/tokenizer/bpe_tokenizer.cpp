@@ -110,6 +110,17 @@ class BpeTokenizer final : public TokenizerImpl {
         const char32_t c = tok::next_code_point(p, i);
         if (i == p.size()) char_ids_.emplace(c, id);
       }
+      ascii_ids_.fill(kNoToken);
+      for (const auto& [c, id] : char_ids_)
+        if (c < 128) ascii_ids_[c] = id;
+      // A whole segment is one BPE word, often thousands of symbols. When no piece has a '▁' right after another
+      // character (true of SentencePiece vocabularies, whose pieces start at spaces) and '▁' is a piece, no merge
+      // can ever make a symbol that spans the boundary before a '▁' that follows another character: the word splits
+      // there into words that merge independently, with the same result.
+      split_at_metaspace_ = char_ids_.count(U'\u2581') > 0;
+      for (const std::string& p : spec_.vocab)
+        for (size_t k = p.find(kMetaspace, 1); k != std::string::npos && split_at_metaspace_; k = p.find(kMetaspace, k + 1))
+          if (k < 3 || p.compare(k - 3, 3, kMetaspace) != 0) split_at_metaspace_ = false;
     }
   }
 
@@ -187,6 +198,10 @@ class BpeTokenizer final : public TokenizerImpl {
     std::string text;               // the normalized stretch
     std::string prefixed;           // with the prefix space
     std::vector<uint32_t> symbols;  // one word's symbols
+    // Words already encoded in this call -> (offset, count) in `cached`. The keys point into the text being encoded
+    // (the input or `text`/`prefixed` above, which change between stretches): the cache is cleared per stretch.
+    std::unordered_map<std::string_view, std::pair<uint32_t, uint32_t>> cache;
+    std::vector<uint32_t> cached;
   };
 
   static std::unordered_map<std::string_view, uint32_t> make_index(const TokenizerSpec& spec) {
@@ -256,6 +271,8 @@ class BpeTokenizer final : public TokenizerImpl {
         text = s.text;
       }
     } else {
+      s.cache.clear();  // its keys point into s.text
+      s.cached.clear();
       s.text.clear();
       if (spec_.add_prefix_space && !part.empty()) s.text += kMetaspace;
       for (char c : part) {
@@ -272,6 +289,14 @@ class BpeTokenizer final : public TokenizerImpl {
         ids.push_back(added);
       } else if (byte_level_) {
         pre_tokenize(piece, ids, s);
+      } else if (split_at_metaspace_) {
+        size_t start = 0;
+        for (size_t k = piece.find(kMetaspace, 1); k != std::string::npos; k = piece.find(kMetaspace, k + 3)) {
+          if (piece.compare(k - 3, 3, kMetaspace) == 0) continue;  // inside a run of '▁'
+          encode_cached(piece.substr(start, k - start), ids, s);
+          start = k;
+        }
+        encode_cached(piece.substr(start), ids, s);
       } else {
         encode_word(piece, ids, s);
       }
@@ -279,16 +304,35 @@ class BpeTokenizer final : public TokenizerImpl {
   }
 
   void pre_tokenize(std::string_view text, std::vector<uint32_t>& ids, Scratch& s) const {
+    s.cache.clear();
+    s.cached.clear();
     if (spec_.add_prefix_space && text[0] != ' ') {
       s.prefixed.assign(1, ' ');
       s.prefixed += text;
       text = s.prefixed;
     }
     if (regex_) {
-      regex_->split(text, [&](std::string_view word) { encode_word(word, ids, s); });
+      regex_->split(text, [&](std::string_view word) { encode_cached(word, ids, s); });
     } else {
       encode_word(text, ids, s);
     }
+  }
+
+  // encode_word through a cache of this call's short words (prose repeats its words; the merge table is larger
+  // than the L2, so a word's merges cost cache misses). The cache lives in the call's Scratch: nothing is shared.
+  // Its keys point into the text of the current stretch: the callers clear it when that text changes.
+  void encode_cached(std::string_view word, std::vector<uint32_t>& ids, Scratch& s) const {
+    if (word.size() > 32) return encode_word(word, ids, s);
+    if (auto it = s.cache.find(word); it != s.cache.end()) {
+      ids.insert(ids.end(), s.cached.begin() + it->second.first,
+                 s.cached.begin() + it->second.first + it->second.second);
+      return;
+    }
+    const size_t before = ids.size();
+    encode_word(word, ids, s);
+    if (s.cache.size() >= 1u << 16) return;
+    s.cache.emplace(word, std::make_pair(static_cast<uint32_t>(s.cached.size()), static_cast<uint32_t>(ids.size() - before)));
+    s.cached.insert(s.cached.end(), ids.begin() + before, ids.end());
   }
 
   // The BPE model on one pre-token (Hugging Face's BPE::tokenize and merge_word).
@@ -319,6 +363,11 @@ class BpeTokenizer final : public TokenizerImpl {
       for (size_t i = 0; i < word.size();) {
         const size_t at = i;
         const char32_t c = tok::next_code_point(word, i);
+        if (c < 128 && ascii_ids_[c] != kNoToken) {
+          sym.push_back(ascii_ids_[c]);
+          unk = false;
+          continue;
+        }
         if (auto it = char_ids_.find(c); it != char_ids_.end()) {
           sym.push_back(it->second);
           unk = false;
@@ -367,6 +416,8 @@ class BpeTokenizer final : public TokenizerImpl {
   std::vector<int16_t> byte_of_;                   // sentencepiece: the byte of a <0xNN> token, else -1
   std::array<uint32_t, 256> byte_ids_;             // byte-level: the alphabet character's id; sentencepiece: <0xNN>
   std::unordered_map<char32_t, uint32_t> char_ids_;  // sentencepiece: single-character pieces
+  std::array<uint32_t, 128> ascii_ids_;              // sentencepiece: the same for ASCII
+  bool split_at_metaspace_ = false;                  // sentencepiece: words may be split before a '▁' (see above)
 };
 
 }  // namespace
