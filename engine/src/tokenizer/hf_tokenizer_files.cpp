@@ -14,11 +14,6 @@
 #include <sqrtdk/error.h>
 #include <sqrtdk/tokenizer.h>
 
-#if __has_include(<sqrtdk/chat.h>)
-#include <sqrtdk/chat.h>
-#define SQRTDK_HAVE_CHAT_DETECT 1
-#endif
-
 #include "engine/src/tokenizer/text.h"
 
 #include <nlohmann/json.hpp>
@@ -411,11 +406,9 @@ void read_config(const std::string& path, TokenizerSpec& spec) {
     } else {
       fail(path, "chat_template", "expected a string or a list of {name, template}");
     }
-#ifdef SQRTDK_HAVE_CHAT_DETECT
-    spec.chat_template = detect_chat_template(text);
-#else
-    (void)text;  // <sqrtdk/chat.h> is not in this build yet: no template is detected
-#endif
+    // The template's family comes from detect_chat_template (<sqrtdk/chat.h>, issue 16's chat part) once that
+    // header is on main; until then none is detected and chat_template stays none.
+    (void)text;
   }
 }
 
