@@ -17,6 +17,9 @@ packages=(
   libcpp-httplib-dev                    # the sqrtdk-serve tests' HTTP client
   clang libomp-14-dev libclang-rt-14-dev  # clang builds, sanitizers and libFuzzer
   python3-numpy                         # tools/sqdk.py (the Python writer; its byte-identity test)
+  libpcre2-dev                          # PCRE2 10.42: the tokenizers' pre-tokenizer regexes (\p{L}, JIT)
+  libicu-dev                            # ICU 72: NFC (Qwen) and the Unicode classes of added-token matching
+  libsentencepiece-dev                  # libsentencepiece: reading SentencePiece tokenizer.model files
 )
 # shellcheck disable=SC2206
 packages+=(${SQRTDK_SETUP_EXTRA:-})

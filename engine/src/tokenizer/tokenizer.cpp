@@ -117,6 +117,18 @@ std::string TokenizerImpl::decode(std::span<const uint32_t> ids, bool skip_speci
   return out;
 }
 
+void TokenizerImpl::stream_push(uint32_t id, std::string& pending, bool& first, std::string& out) const {
+  pending += token_bytes(id, first ? 0 : 1);
+  first = false;
+  const size_t kept = append_utf8_lossy(out, pending, true);
+  pending.erase(0, pending.size() - kept);
+}
+
+void TokenizerImpl::stream_finish(std::string& pending, bool&, std::string& out) const {
+  append_utf8_lossy(out, pending, false);
+  pending.clear();
+}
+
 Tokenizer::Tokenizer(std::unique_ptr<TokenizerImpl> impl) : impl_(std::move(impl)) {}
 Tokenizer::~Tokenizer() = default;
 
@@ -174,18 +186,14 @@ std::string TokenStreamer::push(uint32_t id) {
   const TokenizerImpl& t = tokenizer_->impl();
   check_id(t, id);
   if (skip_special_ && t.is_special(id)) return {};
-  pending_ += t.token_bytes(id, first_ ? 0 : 1);
-  first_ = false;
   std::string out;
-  const size_t kept = append_utf8_lossy(out, pending_, true);
-  pending_.erase(0, pending_.size() - kept);
+  t.stream_push(id, pending_, first_, out);
   return out;
 }
 
 std::string TokenStreamer::finish() {
   std::string out;
-  append_utf8_lossy(out, pending_, false);
-  pending_.clear();
+  tokenizer_->impl().stream_finish(pending_, first_, out);
   return out;
 }
 

@@ -22,6 +22,13 @@ class TokenizerImpl {
   // Ids -> text (Tokenizer::decode's contract; ids already checked < vocab_size()). The default joins
   // token_bytes over the kept ids and repairs UTF-8 with append_utf8_lossy; a kind whose decoder differs overrides.
   virtual std::string decode(std::span<const uint32_t> ids, bool skip_special) const;
+  // Streaming decode (TokenStreamer), one kept id at a time: appends to `out` the text that is final now that `id`
+  // follows the ids before it. `pending` (bytes held back) and `first` (nothing emitted yet) are the streamer's
+  // state, owned by the caller. stream_finish appends what is left. The default holds back an incomplete UTF-8 tail
+  // and repairs the rest with append_utf8_lossy, which together equal the default decode; a kind that overrides
+  // decode overrides these so that the pieces still concatenate to decode().
+  virtual void stream_push(uint32_t id, std::string& pending, bool& first, std::string& out) const;
+  virtual void stream_finish(std::string& pending, bool& first, std::string& out) const;
   virtual std::string_view piece(uint32_t id) const = 0;
   virtual uint32_t vocab_size() const = 0;
   virtual bool is_special(uint32_t id) const = 0;
