@@ -33,6 +33,10 @@ ModelConfig parse_hf_config(std::string_view json_text, const std::string& where
 
 struct ConvertOptions {
   std::optional<DType> dtype;  // output dtype; unset: the dtype of the checkpoint's weights if they share one, else f32
+  // Store the folder's tokenizer (tokenizer.json + tokenizer_config.json, vocab.json + merges.txt, or
+  // tokenizer.model: <sqrtdk/tokenizer.h> tokenizer_spec_from_dir) in the file, so the model takes text. The
+  // tokenizer's BOS/EOS ids replace config.json's (they are what it adds and where generation stops).
+  bool with_tokenizer = true;
   // Called after each chunk with the bytes of tensor data written so far and the total.
   std::function<void(uint64_t done_bytes, uint64_t total_bytes)> progress;
 };
@@ -44,6 +48,7 @@ struct ConvertResult {
   uint64_t bytes_read = 0;     // source tensor bytes read
   uint64_t file_size = 0;      // size of the .sqdk written
   std::vector<std::string> skipped;  // source tensors not converted (buffers, a tied lm_head)
+  std::string tokenizer;             // what was stored, e.g. "byte-level BPE, 50 257 pieces"; empty: none
 };
 
 // Converts the checkpoint in `hf_dir` to `out_path`. Everything is checked (config, every tensor's presence, dtype

@@ -69,7 +69,8 @@ struct TokenizerSpec {
   std::vector<uint32_t> end_of_turn_ids;  // besides eos: tokens that end a reply (<|im_end|>, <|eot_id|>, ...)
 
   // Throws sqrtdk::Error "<where>: ..." when the spec is inconsistent: ids out of range, duplicate pieces, a
-  // merge whose result is not in the vocabulary, a bad regex, and so on.
+  // merge whose result is not in the vocabulary, and so on. (The regex is compiled by Tokenizer::create, which
+  // names a bad one.)
   void validate(const std::string& where) const;
 };
 

@@ -4,6 +4,7 @@
 // order) with its source tensor, expected source shape and whether it is transposed; check the whole plan and the
 // unused tensors; only then open the streaming writer and convert chunk by chunk.
 #include <sqrtdk/convert.h>
+#include <sqrtdk/tokenizer.h>
 
 #include <sqrtdk/error.h>
 
@@ -362,7 +363,19 @@ ConvertResult convert_hf_checkpoint(const std::string& hf_dir, const std::string
   if (!std::filesystem::is_directory(dir, ec)) throw Error(hf_dir + ": not a folder");
   const std::string config_path = (dir / "config.json").string();
   ConvertResult result;
-  const ModelConfig config = parse_hf_config(read_text_file(config_path), config_path);
+  ModelConfig config = parse_hf_config(read_text_file(config_path), config_path);
+  TokenizerSpec tokenizer;
+  const bool has_tokenizer = options.with_tokenizer && tokenizer_spec_from_dir(hf_dir, tokenizer);
+  if (has_tokenizer) {
+    config.tokenizer = TokenizerKind::bpe;
+    config.bos_id = tokenizer.bos_id;
+    config.eos_id = tokenizer.eos_id;
+    result.tokenizer = std::string(tokenizer.style == TokenizerStyle::byte_level_bpe ? "byte-level BPE"
+                                                                                     : "SentencePiece-style BPE") +
+                       ", " + std::to_string(tokenizer.vocab.size()) + " pieces, " +
+                       std::to_string(tokenizer.added.size()) + " added tokens, chat template " +
+                       chat_template_name(tokenizer.chat_template);
+  }
   result.config = config;
   const Checkpoint ck = open_checkpoint(dir);
 
@@ -433,6 +446,7 @@ ConvertResult convert_hf_checkpoint(const std::string& hf_dir, const std::string
     if (std::filesystem::equivalent(out_path, input, ec))
       throw Error(out_path + ": is the checkpoint's own file " + input + " (write the .sqdk somewhere else)");
   WeightFileWriter writer(out_path, config, declared);
+  if (has_tokenizer) writer.set_tokenizer(tokenizer);  // checked now (ids < n_vocab), before any data is read
 
   // Chunk buffers, reused across tensors: with `whole` (the largest transposed tensor) the only memory that grows
   // with the model.

@@ -12,6 +12,7 @@
 //                  Sequence of those;
 //   decoder        ByteLevel; sentencepiece: Replace("▁" -> " "), ByteFallback, Fuse, Strip(" ", 1, 0).
 #include <sqrtdk/error.h>
+#include <sqrtdk/chat.h>
 #include <sqrtdk/tokenizer.h>
 
 #include "engine/src/tokenizer/text.h"
@@ -406,9 +407,13 @@ void read_config(const std::string& path, TokenizerSpec& spec) {
     } else {
       fail(path, "chat_template", "expected a string or a list of {name, template}");
     }
-    // The template's family comes from detect_chat_template (<sqrtdk/chat.h>, issue 16's chat part) once that
-    // header is on main; until then none is detected and chat_template stays none.
-    (void)text;
+    // The family (none when the engine cannot render it exactly: chatting is then an error), and the source, which
+    // says the variant (Qwen2's default system message, Qwen3's <think> handling). Templates over the section's
+    // 64 KiB limit are left out (none is that large).
+    if (text.size() <= 65536) {
+      spec.chat_template = detect_chat_template(text);
+      spec.chat_template_jinja = text;
+    }
   }
 }
 
