@@ -4,6 +4,7 @@ lays it out, with numpy only (no torch, no `gguf` package): for making test fixt
 `sqrtdk convert model.gguf` without llama.cpp.
 
     /usr/bin/python3 tools/gguf_writer.py HF_DIR OUT.gguf [--type f32|f16|bf16|q8_0] [--tokenizer tokenizer.json]
+    /usr/bin/python3 tools/gguf_writer.py --fuzz-seeds tests/fuzz/corpus/fuzz_gguf   (the committed seed corpus)
 
 HF_DIR holds config.json (LlamaForCausalLM or GPT2LMHeadModel) and model.safetensors (F32, F16 or BF16).
 What llama.cpp does, and so does this:
@@ -340,7 +341,64 @@ def write_gguf(path, kvs, tensors):
     os.replace(tmp, path)
 
 
+def write_fuzz_seeds(out):
+    """Small valid files (tiny random models, both tokenizer kinds) and near-misses, for tests/fuzz/fuzz_gguf.cpp."""
+    os.makedirs(out, exist_ok=True)
+    rng = np.random.default_rng(16)
+    w = lambda *shape: rng.standard_normal(shape).astype(np.float32) * 0.1
+    d, ff, vocab, ctx = 32, 32, 16, 8
+    llama_cfg = {"architectures": ["LlamaForCausalLM"], "vocab_size": vocab, "max_position_embeddings": ctx,
+                 "hidden_size": d, "num_hidden_layers": 1, "intermediate_size": ff, "num_attention_heads": 2,
+                 "num_key_value_heads": 1, "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "tie_word_embeddings": True}
+    llama_st = {"model.embed_tokens.weight": w(vocab, d), "model.norm.weight": w(d) + 1}
+    for name, shape in (("input_layernorm", (d,)), ("self_attn.q_proj", (d, d)), ("self_attn.k_proj", (16, d)),
+                        ("self_attn.v_proj", (16, d)), ("self_attn.o_proj", (d, d)),
+                        ("post_attention_layernorm", (d,)), ("mlp.gate_proj", (ff, d)), ("mlp.up_proj", (ff, d)),
+                        ("mlp.down_proj", (d, ff))):
+        llama_st[f"model.layers.0.{name}.weight"] = w(*shape)
+    gpt2_cfg = {"architectures": ["GPT2LMHeadModel"], "vocab_size": vocab, "n_positions": ctx, "n_embd": d,
+                "n_layer": 1, "n_head": 2, "n_inner": ff, "layer_norm_epsilon": 1e-5}
+    gpt2_st = {"wte.weight": w(vocab, d), "wpe.weight": w(ctx, d), "ln_f.weight": w(d), "ln_f.bias": w(d)}
+    for name, shape in (("ln_1", (d,)), ("attn.c_attn", (d, 3 * d)), ("attn.c_proj", (d, d)), ("ln_2", (d,)),
+                        ("mlp.c_fc", (d, ff)), ("mlp.c_proj", (ff, d))):
+        gpt2_st[f"h.0.{name}.weight"] = w(*shape)
+        gpt2_st[f"h.0.{name}.bias"] = w(shape[-1])
+    spm = ["<unk>", "<s>", "</s>", "<0x0A>", "\u2581", "a", "b", "\u2581a", "ab", "\u2581ab"] + [f"x{i}" for i in range(6)]
+    spm_kv = [("tokenizer.ggml.model", T_STRING, "llama"), ("tokenizer.ggml.tokens", T_ARRAY, (T_STRING, spm)),
+              ("tokenizer.ggml.scores", T_ARRAY, (T_F32, [-float(i) for i in range(vocab)])),
+              ("tokenizer.ggml.token_type", T_ARRAY, (T_I32, [2, 3, 3, 6] + [1] * 12)),
+              ("tokenizer.ggml.bos_token_id", T_U32, 1), ("tokenizer.ggml.eos_token_id", T_U32, 2)]
+    bpe = [chr(ord("a") + i) for i in range(13)] + ["ab", "abc", "<|endoftext|>"]
+    bpe_kv = [("tokenizer.ggml.model", T_STRING, "gpt2"), ("tokenizer.ggml.pre", T_STRING, "llama-bpe"),
+              ("tokenizer.ggml.tokens", T_ARRAY, (T_STRING, bpe)),
+              ("tokenizer.ggml.token_type", T_ARRAY, (T_I32, [1] * 15 + [3])),
+              ("tokenizer.ggml.merges", T_ARRAY, (T_STRING, ["a b", "ab c"])),
+              ("tokenizer.ggml.eos_token_id", T_U32, 15), ("tokenizer.ggml.add_bos_token", T_BOOL, False)]
+    seeds = {}
+    for kind, tok in (("q8_0", spm_kv), ("f16", bpe_kv), ("bf16", [])):
+        _, kvs = metadata(llama_cfg)
+        tensors = [(n, *encode(a, kind), a) for n, a in llama_tensors(llama_cfg, llama_st)]
+        path = os.path.join(out, f"llama_{kind}.gguf")
+        write_gguf(path, kvs + tok, [(n, t, list(a.shape), data) for n, t, data, a in tensors])
+        with open(path, "rb") as f:
+            seeds[kind] = f.read()
+    _, kvs = metadata(gpt2_cfg)
+    gpt2 = [(n, *encode(a, "f32"), list(a.shape)) for n, a in gpt2_tensors(gpt2_cfg, gpt2_st)]
+    write_gguf(os.path.join(out, "gpt2_f32.gguf"), kvs, [(n, t, shape, data) for n, t, data, shape in gpt2])
+    g = seeds["q8_0"]
+    broken = {"empty.gguf": b"", "magic_only.gguf": b"GGUF", "header_only.gguf": g[:24],
+              "version1.gguf": g[:4] + struct.pack("<I", 1) + g[8:], "cut_in_metadata.gguf": g[:200],
+              "cut_in_data.gguf": g[:len(g) - 5],
+              "huge_n_kv.gguf": g[:16] + struct.pack("<Q", 1 << 60) + g[24:]}
+    for name, blob in broken.items():
+        with open(os.path.join(out, name), "wb") as f:
+            f.write(blob)
+
+
 def main():
+    if len(sys.argv) == 3 and sys.argv[1] == "--fuzz-seeds":
+        write_fuzz_seeds(sys.argv[2])
+        return
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("hf_dir")
     ap.add_argument("out")
