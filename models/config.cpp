@@ -49,9 +49,9 @@ void ModelConfig::validate(const std::string& where) const {
   if (attention_scale && !(std::isfinite(*attention_scale) && *attention_scale > 0))
     fail("attention_scale " + shortest(*attention_scale) +
          " (expected finite and > 0, or absent for the default 1/sqrt(head_dim))");
-  if (tokenizer != TokenizerKind::none && tokenizer != TokenizerKind::byte_level)
+  if (tokenizer != TokenizerKind::none && tokenizer != TokenizerKind::byte_level && tokenizer != TokenizerKind::bpe)
     fail("unknown tokenizer " + std::to_string(static_cast<uint32_t>(tokenizer)) +
-         " (expected 0 = none or 1 = byte_level)");
+         " (expected 0 = none, 1 = byte_level or 2 = bpe)");
   if (tokenizer == TokenizerKind::byte_level && n_vocab < 256)
     fail("n_vocab " + std::to_string(n_vocab) + " is too small for the byte-level tokenizer (expected >= 256)");
   for (const auto& [name, id] : {std::pair<const char*, uint32_t>{"bos_id", bos_id}, {"eos_id", eos_id}}) {

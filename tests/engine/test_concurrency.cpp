@@ -28,7 +28,7 @@ std::vector<float> run_prompt(const std::shared_ptr<const Model>& model, const s
   GenerateOptions g;
   g.sampling.seed = prompt.size();
   g.max_new_tokens = 6;
-  for (uint32_t t : generate(s, std::vector<uint32_t>{prompt.back()}, g)) out.push_back(static_cast<float>(t));
+  for (uint32_t t : generate(s, std::vector<uint32_t>{prompt.back()}, g).tokens) out.push_back(static_cast<float>(t));
   return out;
 }
 

@@ -166,8 +166,11 @@ TEST_CASE("generate: greedy follows the argmax, sampling is reproducible by seed
   GenerateOptions greedy;
   greedy.sampling.temperature = 0;
   greedy.max_new_tokens = 10;
+  greedy.stop_at_eos = false;  // random weights: the toy's EOS may come first
   Session s(model);
-  const auto out = generate(s, prompt, greedy);
+  const GenerateResult full = generate(s, prompt, greedy);
+  CHECK(full.stop_reason == StopReason::max_tokens);
+  const std::vector<uint32_t>& out = full.tokens;
   REQUIRE(out.size() == 10);
   // Re-derive each greedy token from a fresh prefill of the growing sequence.
   std::vector<uint32_t> seq(prompt.begin(), prompt.end());
@@ -182,13 +185,14 @@ TEST_CASE("generate: greedy follows the argmax, sampling is reproducible by seed
   GenerateOptions sampled;
   sampled.sampling = {1.0f, 0, 0.9f, 1234};
   sampled.max_new_tokens = 12;
+  sampled.stop_at_eos = false;
   Session a(model), b(model);
-  const auto ta = generate(a, prompt, sampled);
-  const auto tb = generate(b, prompt, sampled);
+  const auto ta = generate(a, prompt, sampled).tokens;
+  const auto tb = generate(b, prompt, sampled).tokens;
   CHECK(ta == tb);
   sampled.sampling.seed = 99;
   Session other(model);
-  CHECK(generate(other, prompt, sampled) != ta);  // 12 draws over 67 tokens: a collision is astronomically unlikely
+  CHECK(generate(other, prompt, sampled).tokens != ta);  // 12 draws over 67 tokens: a collision is astronomically unlikely
 
   // Stop tokens end generation and are included; the callback sees each token.
   GenerateOptions stop = greedy;
@@ -199,7 +203,9 @@ TEST_CASE("generate: greedy follows the argmax, sampling is reproducible by seed
     return true;
   };
   Session st(model);
-  const auto stopped = generate(st, prompt, stop);
+  const GenerateResult stopped_result = generate(st, prompt, stop);
+  const std::vector<uint32_t>& stopped = stopped_result.tokens;
+  CHECK(stopped_result.stop_reason == StopReason::stop_token);
   const size_t first = std::find(out.begin(), out.end(), out[2]) - out.begin();
   CHECK(stopped == std::vector<uint32_t>(out.begin(), out.begin() + first + 1));
   CHECK(streamed == stopped);

@@ -232,18 +232,22 @@ TEST_CASE("cli: generate --stop takes text as well as token ids") {
   if (!std::filesystem::exists(kCli)) return;
   TempDir dir;
   // Text: greedy decoding of the bundled model goes "Once upon a time that the son of the LORD of the LORD ...";
-  // --stop LORD stops right after the first "LORD", which is included (as a stop token is).
+  // --stop LORD stops at the first "LORD", cut from the text (as OpenAI's stop); the token that completed it is the
+  // last of `tokens`.
   const std::string base = "generate -t 1 --prompt 'Once upon a time' --temperature 0 -n 60 --json ";
   const CliResult text = run_cli(dir, base + "--stop LORD");
   CAPTURE(text.err);
   REQUIRE(text.exit_code == 0);
   const auto j = nlohmann::json::parse(text.out);
-  CHECK(j["stop_reason"] == "stop_text");
+  CHECK(j["stop_reason"] == "stop_string");
   const std::string generated = j["text"];
   CAPTURE(generated);
-  REQUIRE(generated.size() >= 4);
-  CHECK(generated.substr(generated.size() - 4) == "LORD");
-  CHECK(generated.find("LORD") == generated.size() - 4);
+  CHECK(generated.find("LORD") == std::string::npos);
+  CHECK(generated.find("LOR") == std::string::npos);  // the held-back start of the stop string is dropped too
+  const CliResult full = run_cli(dir, base);
+  REQUIRE(full.exit_code == 0);
+  const std::string full_text = nlohmann::json::parse(full.out)["text"];
+  CHECK(full_text.rfind(generated + "LORD", 0) == 0);
   // Token ids (digits and commas): 68 is 'D', first generated at the end of that "LORD": the same stop point.
   const CliResult ids = run_cli(dir, base + "--stop 68");
   REQUIRE(ids.exit_code == 0);

@@ -1,5 +1,7 @@
 #include "tools/cli/cli_util.h"
 
+#include <sqrtdk/tokenizer.h>
+
 #include "tools/cli/commands.h"
 #include "tools/common/sigbus_report.h"
 
@@ -37,7 +39,7 @@ std::shared_ptr<const Model> ModelArgs::load() const {
 
 void PromptArgs::add_to(CLI::App& cmd, const std::string& default_prompt) {
   prompt = default_prompt;
-  auto* p = cmd.add_option("-p,--prompt", prompt, "prompt text (byte-level models)")->capture_default_str();
+  auto* p = cmd.add_option("-p,--prompt", prompt, "prompt text (models with a tokenizer)")->capture_default_str();
   cmd.add_option("--tokens", tokens, "prompt as comma-separated token ids, e.g. 5,17,42")->excludes(p);
 }
 
@@ -62,25 +64,32 @@ std::vector<uint32_t> parse_token_list(const std::string& text, const std::strin
   return ids;
 }
 
-std::vector<uint32_t> PromptArgs::resolve(const ModelConfig& config) const {
+std::vector<uint32_t> PromptArgs::resolve(const Model& model) const {
   if (!tokens.empty()) return parse_token_list(tokens);
-  if (config.tokenizer != TokenizerKind::byte_level)
-    throw Error("this model has no built-in tokenizer: pass token ids with --tokens");
-  return byte_encode(prompt, config.bos_id);
+  if (!model.tokenizer())
+    throw Error(model.path() + ": this model has no tokenizer: pass token ids with --tokens (convert it from a folder "
+                "with tokenizer.json, or from a GGUF file, to store one)");
+  return model.tokenizer()->encode(prompt, /*add_special=*/true);
 }
 
-std::string token_text(const ModelConfig& config, uint32_t id) {
-  if (config.tokenizer == TokenizerKind::byte_level) {
-    if (id == config.bos_id) return "<bos>";
-    if (id == config.eos_id) return "<eos>";
-    if (id < 256) {
-      if (id >= 32 && id < 127) return std::string("'") + static_cast<char>(id) + "'";
-      char buf[16];
-      std::snprintf(buf, sizeof buf, "'\\x%02x'", id);
-      return buf;
+std::string token_text(const Model& model, uint32_t id) {
+  const Tokenizer* t = model.tokenizer();
+  const ModelConfig& c = model.config();
+  if (id == c.bos_id && (!t || t->kind_name() == std::string_view("bytes"))) return "<bos>";
+  if (id == c.eos_id && (!t || t->kind_name() == std::string_view("bytes"))) return "<eos>";
+  if (!t || id >= t->vocab_size()) return "#" + std::to_string(id);
+  if (t->is_special(id) && !t->piece(id).empty()) return std::string(t->piece(id));
+  std::string out = "'";
+  for (unsigned char ch : t->token_bytes(id)) {
+    if (ch >= 32 && ch < 127 && ch != '\\') {
+      out.push_back(static_cast<char>(ch));
+    } else {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", ch);
+      out += buf;
     }
   }
-  return "#" + std::to_string(id);
+  return out + "'";
 }
 
 void write_npy(const std::string& path, const float* data, const std::vector<size_t>& shape) {

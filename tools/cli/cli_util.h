@@ -31,15 +31,17 @@ struct PromptArgs {
   std::string prompt;
   std::string tokens;
   void add_to(CLI::App& cmd, const std::string& default_prompt);
-  // Token ids for the model: --tokens as given, else the prompt through the byte tokenizer (with BOS).
-  std::vector<uint32_t> resolve(const ModelConfig& config) const;
+  // Token ids for the model: --tokens as given (each checked < n_vocab), else the prompt through the model's
+  // tokenizer (BOS as the tokenizer adds it); a model without a tokenizer needs --tokens.
+  std::vector<uint32_t> resolve(const Model& model) const;
 };
 
 // Comma-separated token ids (or counts); errors name `flag`.
 std::vector<uint32_t> parse_token_list(const std::string& text, const std::string& flag = "--tokens");
 
-// How a token prints: its byte (escaped if not printable) for byte-level models, else "#id".
-std::string token_text(const ModelConfig& config, uint32_t id);
+// How a token prints: quoted text with non-printable bytes escaped ('\x0a'; the byte tokenizer's bytes, a BPE
+// token's bytes), "<bos>"/"<eos>" or a special token's own name, else "#id" (no tokenizer).
+std::string token_text(const Model& model, uint32_t id);
 
 // Writes a float32 array of the given shape as a NumPy .npy file (version 1.0, little-endian, C order).
 void write_npy(const std::string& path, const float* data, const std::vector<size_t>& shape);

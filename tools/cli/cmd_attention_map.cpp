@@ -42,8 +42,8 @@ struct MapArgs {
 };
 
 // A token as a short label: the character itself for printable bytes, ␣ for a space, \xNN otherwise.
-std::string label_of(const ModelConfig& c, uint32_t id) {
-  std::string t = token_text(c, id);
+std::string label_of(const Model& model, uint32_t id) {
+  std::string t = token_text(model, id);
   if (t.size() >= 3 && t.front() == '\'' && t.back() == '\'') t = t.substr(1, t.size() - 2);
   return t == " " ? "\u2423" : t;
 }
@@ -111,7 +111,7 @@ void run(const MapArgs& a) {
   if (a.head < -1 || a.head >= static_cast<int>(c.n_heads))
     throw CLI::ValidationError("--head", std::to_string(a.head) + " outside [0, " + std::to_string(c.n_heads) +
                                              "): the model has " + std::to_string(c.n_heads) + " heads");
-  const std::vector<uint32_t> tokens = a.prompt.resolve(c);
+  const std::vector<uint32_t> tokens = a.prompt.resolve(*model);
   if (tokens.size() > kMaxMapTokens)
     throw CLI::ValidationError("--prompt", std::to_string(tokens.size()) + " tokens; attention maps take at most " +
                                                std::to_string(kMaxMapTokens));
@@ -121,7 +121,7 @@ void run(const MapArgs& a) {
   const AttentionMap map = capture_attention_map(session, tokens, a.layer, static_cast<float>(a.scale));
 
   std::vector<std::string> labels;
-  for (uint32_t id : tokens) labels.push_back(label_of(c, id));
+  for (uint32_t id : tokens) labels.push_back(label_of(*model, id));
   std::vector<size_t> heads;
   if (a.head >= 0)
     heads.push_back(static_cast<size_t>(a.head));
@@ -172,7 +172,7 @@ void run(const MapArgs& a) {
   }
   std::printf("model   %s (%u layers, %u heads, head_dim %u)\n", model->path().c_str(), c.n_layers, c.n_heads,
               c.head_dim);
-  if (c.tokenizer == TokenizerKind::byte_level && a.prompt.tokens.empty())
+  if (model->tokenizer() && a.prompt.tokens.empty())
     std::printf("prompt  \"%s\" (%zu tokens)\n", a.prompt.prompt.c_str(), tokens.size());
   else
     std::printf("prompt  %zu tokens\n", tokens.size());

@@ -9,6 +9,7 @@
 
 #include <sqrtdk/error.h>
 #include <sqrtdk/format.h>
+#include <sqrtdk/tokenizer.h>
 
 #include <nlohmann/json.hpp>
 
@@ -18,6 +19,19 @@
 
 namespace sqrtdk::cli {
 namespace {
+
+const char* tokenizer_kind_label(TokenizerKind kind) {
+  switch (kind) {
+    case TokenizerKind::none: return "none";
+    case TokenizerKind::byte_level: return "byte_level";
+    case TokenizerKind::bpe: return "bpe (tokenizer section)";
+  }
+  return "unknown";
+}
+const char* style_label(TokenizerStyle style) {
+  return style == TokenizerStyle::byte_level_bpe ? "byte-level BPE" : "SentencePiece-style BPE";
+}
+
 
 struct InspectOptions {
   std::string path;
@@ -59,7 +73,7 @@ void run_inspect(const InspectOptions& o) {
     nlohmann::json j;
     j["path"] = wf->path();
     j["file_size"] = wf->file_size();
-    j["format_version"] = 1;
+    j["format_version"] = wf->tokenizer() ? 2 : 1;
     j["config"] = {{"arch", arch_name(c.arch)},
                    {"d_model", c.d_model},
                    {"n_layers", c.n_layers},
@@ -73,11 +87,31 @@ void run_inspect(const InspectOptions& o) {
                    {"rope_theta", c.rope_theta},
                    {"tied_embeddings", c.tied_embeddings},
                    {"rope_interleaved", c.rope_interleaved},
-                   {"tokenizer", c.tokenizer == TokenizerKind::byte_level ? "byte_level" : "none"},
+                   {"tokenizer", tokenizer_kind_label(c.tokenizer)},
                    {"bos_id", c.bos_id == kNoToken ? nlohmann::json() : nlohmann::json(c.bos_id)},
                    {"eos_id", c.eos_id == kNoToken ? nlohmann::json() : nlohmann::json(c.eos_id)},
                    {"attention_scale",  // null: the default 1/sqrt(head_dim)
                     c.attention_scale ? nlohmann::json(*c.attention_scale) : nlohmann::json()}};
+    if (const TokenizerSpec* t = wf->tokenizer()) {
+      auto id = [](uint32_t v) { return v == kNoToken ? nlohmann::json() : nlohmann::json(v); };
+      j["tokenizer"] = {{"style", style_label(t->style)},
+                        {"pieces", t->vocab.size()},
+                        {"merges", t->merges.size()},
+                        {"added_tokens", t->added.size()},
+                        {"split_regex", t->split_regex},
+                        {"nfc", t->nfc},
+                        {"add_prefix_space", t->add_prefix_space},
+                        {"ignore_merges", t->ignore_merges},
+                        {"byte_fallback", t->byte_fallback},
+                        {"unk_id", id(t->unk_id)},
+                        {"bos_id", id(t->bos_id)},
+                        {"eos_id", id(t->eos_id)},
+                        {"pad_id", id(t->pad_id)},
+                        {"add_bos", t->add_bos},
+                        {"add_eos", t->add_eos},
+                        {"chat_template", chat_template_name(t->chat_template)},
+                        {"end_of_turn_ids", t->end_of_turn_ids}};
+    }
     j["n_params"] = n_params;
     j["checksums"] = wf->checksums_verified() ? "verified" : "not verified";
     j["load_ms"] = load_ms;
@@ -92,7 +126,8 @@ void run_inspect(const InspectOptions& o) {
     j["tensors"] = std::move(list);
     std::printf("%s\n", j.dump(2).c_str());
   } else {
-    std::printf("file        %s (%s bytes, format version 1)\n", wf->path().c_str(), with_commas(wf->file_size()).c_str());
+    std::printf("file        %s (%s bytes, format version %d)\n", wf->path().c_str(), with_commas(wf->file_size()).c_str(),
+                wf->tokenizer() ? 2 : 1);
     std::printf("arch        %s\n", arch_name(c.arch));
     std::printf("sizes       d_model %u, n_layers %u, n_heads %u, n_kv_heads %u, head_dim %u, d_ff %u, n_vocab %u, "
                 "max_seq %u\n",
@@ -106,8 +141,24 @@ void run_inspect(const InspectOptions& o) {
       std::printf("attention   scale 1/sqrt(%u) = %g (default)\n", c.head_dim,
                   static_cast<double>(c.attention_scale_or_default()));
     std::printf("embeddings  %s\n", c.tied_embeddings ? "tied (output head = tok_emb)" : "separate lm_head");
-    std::printf("tokenizer   %s, bos %s, eos %s\n", c.tokenizer == TokenizerKind::byte_level ? "byte_level" : "none",
-                token_string(c.bos_id).c_str(), token_string(c.eos_id).c_str());
+    std::printf("tokenizer   %s, bos %s, eos %s\n", tokenizer_kind_label(c.tokenizer), token_string(c.bos_id).c_str(),
+                token_string(c.eos_id).c_str());
+    if (const TokenizerSpec* t = wf->tokenizer()) {
+      auto piece = [&](uint32_t id) {
+        if (id == kNoToken) return std::string("none");
+        for (const AddedToken& a : t->added)
+          if (a.id == id) return std::to_string(id) + " " + a.content;
+        return std::to_string(id) + (id < t->vocab.size() ? " " + t->vocab[id] : std::string());
+      };
+      std::printf("            %s: %s pieces, %s merges, %zu added tokens%s%s%s%s\n", style_label(t->style),
+                  with_commas(t->vocab.size()).c_str(), with_commas(t->merges.size()).c_str(), t->added.size(),
+                  t->nfc ? ", NFC" : "", t->add_prefix_space ? ", prefix space" : "",
+                  t->ignore_merges ? ", ignore_merges" : "", t->byte_fallback ? ", byte fallback" : "");
+      std::printf("            bos %s, eos %s, add BOS %s, add EOS %s, chat template %s\n", piece(t->bos_id).c_str(),
+                  piece(t->eos_id).c_str(), t->add_bos ? "yes" : "no", t->add_eos ? "yes" : "no",
+                  chat_template_name(t->chat_template));
+      if (!t->split_regex.empty()) std::printf("            split regex %s\n", t->split_regex.c_str());
+    }
     std::printf("parameters  %s in %zu tensors\n", with_commas(n_params).c_str(), tensors.size());
     if (wf->checksums_verified())
       std::printf("checksums   verified (CRC-32 of the header and every tensor; load took %.1f ms)\n", load_ms);

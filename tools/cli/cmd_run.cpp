@@ -27,7 +27,7 @@ struct RunArgs {
 void run(const RunArgs& a) {
   auto model = a.model.load();
   const ModelConfig& c = model->config();
-  const std::vector<uint32_t> tokens = a.prompt.resolve(c);
+  const std::vector<uint32_t> tokens = a.prompt.resolve(*model);
   SessionOptions so;
   so.n_threads = a.model.threads;
   Session session(model, so);
@@ -58,20 +58,20 @@ void run(const RunArgs& a) {
                           {"load_seconds", model->load_seconds()}, {"forward_seconds", seconds},
                           {"tokens_per_second", tokens.size() / seconds}, {"top", nlohmann::json::array()}};
     for (size_t i = 0; i < k; ++i)
-      out["top"].push_back({{"id", order[i]}, {"text", token_text(c, order[i])}, {"p", p[order[i]]}});
+      out["top"].push_back({{"id", order[i]}, {"text", token_text(*model, order[i])}, {"p", p[order[i]]}});
     std::printf("%s\n", out.dump(2).c_str());
     return;
   }
   std::printf("model   %s (%s, %u layers, d_model %u, %.2f M params, ISA %s, %d threads)\n", model->path().c_str(),
               arch_name(c.arch), c.n_layers, c.d_model, model->n_params() / 1e6, isa_name(model->isa()),
               session.n_threads());
-  if (c.tokenizer == TokenizerKind::byte_level && a.prompt.tokens.empty())
+  if (model->tokenizer() && a.prompt.tokens.empty())
     std::printf("prompt  \"%s\" (%zu tokens)\n", a.prompt.prompt.c_str(), tokens.size());
   else
     std::printf("prompt  %zu tokens\n", tokens.size());
   std::printf("next-token top-%zu:\n", k);
   for (size_t i = 0; i < k; ++i)
-    std::printf("  %2zu. %-10s id %-6u p = %.4f\n", i + 1, token_text(c, order[i]).c_str(), order[i],
+    std::printf("  %2zu. %-10s id %-6u p = %.4f\n", i + 1, token_text(*model, order[i]).c_str(), order[i],
                 p[order[i]]);
   std::printf("time    load %.1f ms, forward %.2f ms (%.0f tokens/s)\n", model->load_seconds() * 1e3, seconds * 1e3,
               tokens.size() / seconds);

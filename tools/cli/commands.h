@@ -31,6 +31,7 @@ void add_make_toy_command(CLI::App& app);  // tools/cli/cmd_make_toy.cpp
 void add_explain_scaling_command(CLI::App& app);  // tools/cli/cmd_explain_scaling.cpp
 void add_attention_map_command(CLI::App& app);    // tools/cli/cmd_attention_map.cpp
 void add_convert_command(CLI::App& app);   // tools/cli/cmd_convert.cpp
+void add_tokenize_command(CLI::App& app);  // tools/cli/cmd_tokenize.cpp
 
 
 }  // namespace sqrtdk::cli

@@ -16,6 +16,8 @@
 
 namespace sqrtdk {
 
+struct TokenizerSpec;  // <sqrtdk/tokenizer.h>
+
 enum class DType : uint8_t { f32 = 0, f16 = 1, bf16 = 2 };
 
 // The family whose name is `name` (models/families.cpp); throws sqrtdk::Error listing the known ones otherwise.
@@ -66,6 +68,8 @@ class WeightFile {
   void read_f32(const TensorInfo& tensor, float* dst) const;
   // Elements of the tensor that are NaN or +-Inf (for `sqrtdk inspect --check`).
   uint64_t count_nonfinite(const TensorInfo& tensor) const;
+  // The tokenizer section (version-2 files whose config says tokenizer bpe), checked; nullptr if the file has none.
+  const TokenizerSpec* tokenizer() const { return tokenizer_.get(); }
 
  private:
   WeightFile() = default;
@@ -75,6 +79,7 @@ class WeightFile {
   uint64_t file_size_ = 0;
   bool checksums_verified_ = false;
   std::vector<uint32_t> by_name_;  // indices into tensors_ sorted by name (for find)
+  std::shared_ptr<const TokenizerSpec> tokenizer_;
   const unsigned char* map_ = nullptr;  // PROT_READ mapping of file_size_ bytes; never written
 };
 
@@ -89,7 +94,10 @@ struct TensorToWrite {
   std::vector<uint64_t> shape;
   const void* data = nullptr;  // product(shape) elements of dtype, little-endian
 };
-void write_weight_file(const std::string& path, const ModelConfig& config, const std::vector<TensorToWrite>& tensors);
+// `tokenizer` (may be null): stored as the tokenizer section (the file is then version 2; config.tokenizer must be
+// bpe, with the spec's BOS/EOS ids).
+void write_weight_file(const std::string& path, const ModelConfig& config, const std::vector<TensorToWrite>& tensors,
+                       const TokenizerSpec* tokenizer = nullptr);
 
 // The streaming form of write_weight_file (same bytes, same checks), for writers that produce tensors one by one
 // and should not hold the model in memory (`sqrtdk convert`):
@@ -117,6 +125,9 @@ class WeightFileWriter {
   // Index of the tensor the next append() continues (= number of tensors when all data is in).
   size_t current_tensor() const;
   uint64_t file_size() const;  // the size the finished file will have
+  // Stores `spec` as the tokenizer section after the tensor data (any time before commit). Required when the
+  // config's tokenizer is bpe, refused otherwise; checked like the loader checks it (ids fit n_vocab, same BOS/EOS).
+  void set_tokenizer(const TokenizerSpec& spec);
   void commit();
 
  private:

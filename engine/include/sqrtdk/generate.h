@@ -51,14 +51,42 @@ std::vector<double> token_probabilities(std::span<const float> logits);
 struct GenerateOptions {
   SamplingOptions sampling;
   size_t max_new_tokens = 64;
-  std::vector<uint32_t> stop_tokens;  // generation stops after emitting one of these (it is included)
+  // Stop after the model's end tokens: its tokenizer's stop_ids() (EOS and end-of-turn markers such as <|im_end|>),
+  // or the config's eos_id when the model has no tokenizer.
+  bool stop_at_eos = true;
+  std::vector<uint32_t> stop_tokens;  // more ids that stop generation after being emitted (they are in `tokens`)
+  // Generation stops as soon as the text contains one of these; the text is cut before it (as OpenAI's `stop`).
+  // Needs a model with a tokenizer. Empty strings are an error.
+  std::vector<std::string> stop_strings;
   // Called with each new token as it is produced; return false to stop early.
   std::function<bool(uint32_t token)> on_token;
+  // Called with text as it becomes final: whole UTF-8 characters only, never part of a stop string (text that
+  // may begin one is held back until it cannot). The pieces concatenate to GenerateResult::text. Needs a tokenizer;
+  // return false to stop early.
+  std::function<bool(std::string_view text)> on_text;
 };
 
-// Prefills `prompt` (appended to the session's context) and generates up to max_new_tokens tokens, stopping at a
-// stop token or when the context is full. Returns the generated ids.
-std::vector<uint32_t> generate(Session& session, std::span<const uint32_t> prompt, const GenerateOptions& options);
+enum class StopReason {
+  max_tokens,    // max_new_tokens were generated
+  eos,           // the model emitted one of its end tokens (stop_at_eos)
+  stop_token,    // one of GenerateOptions::stop_tokens
+  stop_string,   // the text reached one of GenerateOptions::stop_strings
+  context_full,  // the session's context is full
+  callback,      // on_token or on_text returned false
+};
+const char* stop_reason_name(StopReason reason);  // "max_tokens", "eos", ... (OpenAI's finish_reason is "length"
+                                                  // for max_tokens and context_full, "stop" for the others)
+
+struct GenerateResult {
+  std::vector<uint32_t> tokens;  // the generated ids, the stopping token included
+  std::string text;              // their text, special tokens skipped, cut before a stop string; empty without a
+                                 // tokenizer
+  StopReason stop_reason = StopReason::max_tokens;
+};
+
+// Prefills `prompt` (appended to the session's context) and generates up to max_new_tokens tokens, stopping at an
+// end token (by default), a stop token or string, or when the context is full.
+GenerateResult generate(Session& session, std::span<const uint32_t> prompt, const GenerateOptions& options);
 
 // The built-in byte-level tokenizer: ids 0..255 are bytes; BOS/EOS come from the model config.
 std::vector<uint32_t> byte_encode(std::string_view text, uint32_t bos_id = kNoToken);

@@ -23,6 +23,7 @@ struct ModelOptions {
 };
 
 class ModelImpl;  // engine-internal
+class Tokenizer;  // <sqrtdk/tokenizer.h>
 
 class Model {
  public:
@@ -38,6 +39,10 @@ class Model {
   uint64_t n_params() const;
   size_t packed_bytes() const;  // memory held by the packed weights and other per-model tables
   double load_seconds() const;
+  // The model's tokenizer (the file's tokenizer section, or the byte tokenizer), or nullptr when the file has none
+  // (callers then pass token ids). Lives as long as the Model. require_tokenizer() throws a clear error instead.
+  const Tokenizer* tokenizer() const;
+  const Tokenizer& require_tokenizer() const;
 
   const ModelImpl& impl() const { return *impl_; }
 

@@ -2,6 +2,7 @@
 // f16/bf16 conversions, name rules, header encoding and the family tensor-set check (spec: engine/FORMAT.md).
 #include <sqrtdk/error.h>
 #include <sqrtdk/format.h>
+#include <sqrtdk/tokenizer.h>
 
 #include "engine/src/format/format_internal.h"
 #include "models/family.h"
@@ -192,8 +193,27 @@ void encode_header(const ModelConfig& c, uint32_t n_tensors, uint64_t directory_
 
 uint32_t header_crc(const unsigned char header[kHeaderSize], const unsigned char* directory, uint64_t directory_size) {
   uint32_t c = crc32(directory, directory_size, crc32(header, header_at::header_crc32));
-  if (load_u32(header + header_at::flags) & kFlagAttentionScale) c = crc32(header + header_at::attention_scale, 4, c);
+  if (load_u32(header + header_at::version) >= kVersionTokenizer)
+    c = crc32(header + header_at::attention_scale, kHeaderSize - header_at::attention_scale, c);
+  else if (load_u32(header + header_at::flags) & kFlagAttentionScale)
+    c = crc32(header + header_at::attention_scale, 4, c);
   return c;
+}
+
+void check_tokenizer_fits(const TokenizerSpec& spec, const ModelConfig& config, const std::string& where) {
+  auto fail = [&](const std::string& what) { throw Error(ErrorKind::bad_file, where + ": " + what); };
+  auto id = [](uint32_t v) { return v == kNoToken ? std::string("none") : std::to_string(v); };
+  if (config.tokenizer != TokenizerKind::bpe)
+    fail("the config's tokenizer is " + std::to_string(static_cast<uint32_t>(config.tokenizer)) +
+         " (expected 2 = bpe for a file with a tokenizer section)");
+  if (spec.bos_id != config.bos_id || spec.eos_id != config.eos_id)
+    fail("BOS/EOS ids " + id(spec.bos_id) + "/" + id(spec.eos_id) + " differ from the config's " + id(config.bos_id) +
+         "/" + id(config.eos_id));
+  uint64_t n_ids = spec.vocab.size();
+  for (const AddedToken& a : spec.added) n_ids = std::max<uint64_t>(n_ids, uint64_t{a.id} + 1);
+  if (n_ids > config.n_vocab)
+    fail("token ids up to " + std::to_string(n_ids - 1) + " but the model has n_vocab " +
+         std::to_string(config.n_vocab) + " rows (expected every id < n_vocab)");
 }
 
 void check_family_tensors(const ModelConfig& config, const std::vector<TensorInfo>& tensors,

@@ -16,7 +16,8 @@ namespace sqrtdk::format_detail {
 static_assert(std::endian::native == std::endian::little, "the .sqdk reader maps little-endian data in place");
 
 inline constexpr unsigned char kMagic[4] = {'S', 'Q', 'D', 'K'};
-inline constexpr uint32_t kVersion = 1;
+inline constexpr uint32_t kVersion = 1;           // files without a tokenizer section (written as before)
+inline constexpr uint32_t kVersionTokenizer = 2;  // files with one: bytes 112..127 locate it
 inline constexpr uint64_t kHeaderSize = 128;
 inline constexpr uint64_t kAlignment = 64;
 
@@ -39,7 +40,7 @@ inline constexpr uint64_t norm_eps = 52;           // f32
 inline constexpr uint64_t rope_theta = 56;         // f32
 inline constexpr uint64_t flags = 60;              // u32: bit 0 tied embeddings, bit 1 interleaved RoPE,
                                                    // bit 2 attention_scale present
-inline constexpr uint64_t tokenizer = 64;          // u32: 0 = none, 1 = byte_level
+inline constexpr uint64_t tokenizer = 64;          // u32: 0 = none, 1 = byte_level, 2 = bpe (the section)
 inline constexpr uint64_t bos_id = 68;             // u32
 inline constexpr uint64_t eos_id = 72;             // u32
 inline constexpr uint64_t n_tensors = 76;          // u32
@@ -49,7 +50,10 @@ inline constexpr uint64_t data_offset = 96;        // u64
 inline constexpr uint64_t header_crc32 = 104;      // u32 over bytes [0, 104), the directory, then (flag bit 2)
                                                    // the 4 attention_scale bytes: header_crc()
 inline constexpr uint64_t attention_scale = 108;   // f32 if flag bit 2, else zero
-inline constexpr uint64_t reserved = 112;          // zero bytes up to kHeaderSize
+inline constexpr uint64_t reserved = 112;          // version 1: zero bytes up to kHeaderSize
+inline constexpr uint64_t tokenizer_offset = 112;  // version 2, tokenizer 2: u64 file offset of the section
+inline constexpr uint64_t tokenizer_size = 120;    // u32 its size in bytes
+inline constexpr uint64_t tokenizer_crc32 = 124;   // u32 its CRC-32
 static_assert(eos_id + 4 == n_tensors && data_offset + 8 == header_crc32 && header_crc32 + 4 == attention_scale &&
               attention_scale + 4 == reserved && reserved < kHeaderSize);
 }  // namespace header_at
@@ -98,13 +102,18 @@ inline bool align_up(uint64_t v, uint64_t& out) {
 void encode_header(const ModelConfig& config, uint32_t n_tensors, uint64_t directory_size, uint64_t data_offset,
                    uint64_t file_size, unsigned char out[kHeaderSize]);
 
-// The header CRC-32: header bytes [0, 104), then the directory, then, only when flag bit 2 is set, the 4
-// attention_scale bytes (so files without the field keep the CRC they always had, and the field is covered when set).
+// The header CRC-32: header bytes [0, 104), then the directory, then, in version 1 only when flag bit 2 is set, the
+// 4 attention_scale bytes (so files without the field keep the CRC they always had, and the field is covered when
+// set); in version 2 header bytes [108, 128) (attention_scale and the tokenizer section's place) always.
 uint32_t header_crc(const unsigned char header[kHeaderSize], const unsigned char* directory, uint64_t directory_size);
 
 // Checks that `tensors` is exactly the tensor set of config's family with the shapes it implies; throws
 // sqrtdk::Error "<where>: tensor '<name>': ..." naming the first missing, unexpected or misshapen tensor.
 void check_family_tensors(const ModelConfig& config, const std::vector<TensorInfo>& tensors, const std::string& where);
+
+// A tokenizer section's spec against the config: tokenizer bpe, the same BOS/EOS ids, every id a row of tok_emb
+// (ids < n_vocab; models often have more rows than tokens). Throws a bad_file sqrtdk::Error "<where>: ...".
+void check_tokenizer_fits(const TokenizerSpec& spec, const ModelConfig& config, const std::string& where);
 
 // The CRC-32 implementations, for tests and benchmarks: crc32() uses the last of crc32_paths() (the fastest this
 // CPU runs); every path gives the same value.

@@ -13,6 +13,7 @@
 // Known limit: a file truncated by another process *after* it is mapped raises SIGBUS on access (as with any mmap).
 #include <sqrtdk/error.h>
 #include <sqrtdk/format.h>
+#include <sqrtdk/tokenizer.h>
 
 #include "engine/src/format/format_internal.h"
 #include "ops/base/threading.h"
@@ -139,8 +140,11 @@ const unsigned char* map_file(const std::string& P, const LoadOptions& options, 
 // ---- step 2: the header ----
 // The header fields that place the directory and the data (the config is read by read_config).
 struct Layout {
+  uint32_t version;
   uint32_t n_tensors;
   uint64_t dir_size, data_offset;
+  uint64_t tokenizer_offset = 0;  // version 2: where the tokenizer section lies (0: none)
+  uint32_t tokenizer_size = 0, tokenizer_crc = 0;
 };
 
 // Checks magic, version, file size, where the directory and data lie, the reserved bytes, and (if asked) the
@@ -153,14 +157,15 @@ Layout check_header(const std::string& P, const unsigned char* h, uint64_t real_
     throw header_error(std::string("bad magic ") + got + " (expected 53 51 44 4B 'SQDK'; not a .sqdk file)");
   }
   const uint32_t version = load_u32(h + header_at::version);
-  if (version != kVersion)
-    throw header_error("unsupported format version " + std::to_string(version) + " (this build reads version " +
-                       std::to_string(kVersion) + ")");
+  if (version != kVersion && version != kVersionTokenizer)
+    throw header_error("unsupported format version " + std::to_string(version) + " (this build reads versions " +
+                       std::to_string(kVersion) + " and " + std::to_string(kVersionTokenizer) + ")");
   const uint64_t file_size = load_u64(h + header_at::file_size);
   if (file_size != real_size)
     throw header_error("file_size says " + u64s(file_size) + " bytes but the file has " + u64s(real_size) +
                        " (truncated or extended)");
   Layout l;
+  l.version = version;
   l.n_tensors = load_u32(h + header_at::n_tensors);
   const uint64_t dir_offset = load_u64(h + header_at::directory_offset);
   l.dir_size = load_u64(h + header_at::directory_size);
@@ -176,10 +181,17 @@ Layout check_header(const std::string& P, const unsigned char* h, uint64_t real_
                        u64s(dir_end) + " and the file size " + u64s(real_size) + ")");
   // Without flag bit 2 the attention_scale bytes are reserved too (files older than the field have zeros there).
   const bool has_scale = load_u32(h + header_at::flags) & kFlagAttentionScale;
-  for (uint64_t i = has_scale ? header_at::reserved : header_at::attention_scale; i < kHeaderSize; ++i)
+  // Version 2 uses bytes 112..127 for the tokenizer section (checked once the config is read: check_tokenizer).
+  const uint64_t reserved_end = version == kVersion ? kHeaderSize : header_at::reserved;
+  for (uint64_t i = has_scale ? header_at::reserved : header_at::attention_scale; i < reserved_end; ++i)
     if (h[i] != 0)
       throw header_error("reserved byte " + u64s(i) + " is " + std::to_string(h[i]) + " (expected 0" +
                          (i < header_at::reserved ? ": flag bit 2, attention_scale present, is clear)" : ")"));
+  if (version == kVersionTokenizer) {
+    l.tokenizer_offset = load_u64(h + header_at::tokenizer_offset);
+    l.tokenizer_size = load_u32(h + header_at::tokenizer_size);
+    l.tokenizer_crc = load_u32(h + header_at::tokenizer_crc32);
+  }
   if (verify_checksum) {
     const uint32_t stored = load_u32(h + header_at::header_crc32);
     const uint32_t computed = header_crc(h, h + kHeaderSize, l.dir_size);
@@ -191,7 +203,7 @@ Layout check_header(const std::string& P, const unsigned char* h, uint64_t real_
 }
 
 // ---- step 3: the config ----
-ModelConfig read_config(const std::string& P, const unsigned char* h) {
+ModelConfig read_config(const std::string& P, const unsigned char* h, uint32_t version) {
   const uint32_t arch = load_u32(h + header_at::arch), flags = load_u32(h + header_at::flags),
                  tokenizer = load_u32(h + header_at::tokenizer);
   if (arch > 1)
@@ -199,9 +211,12 @@ ModelConfig read_config(const std::string& P, const unsigned char* h) {
   if (flags & ~kKnownFlags)
     throw file_error(P + ": config: unknown flag bits " + hex32(flags & ~kKnownFlags) +
                      " (expected only bits 0, 1 and 2)");
-  if (tokenizer > 1)
+  if (tokenizer > 2)
     throw file_error(P + ": config: unknown tokenizer " + std::to_string(tokenizer) +
-                     " (expected 0 = none or 1 = byte_level)");
+                     " (expected 0 = none, 1 = byte_level or 2 = bpe)");
+  if (tokenizer == 2 && version != kVersionTokenizer)
+    throw file_error(P + ": config: tokenizer 2 (bpe, in the tokenizer section) in a version " +
+                     std::to_string(version) + " file (expected version " + std::to_string(kVersionTokenizer) + ")");
   ModelConfig c;
   c.arch = static_cast<Arch>(arch);
   c.d_model = load_u32(h + header_at::d_model);
@@ -320,6 +335,39 @@ void check_distinct(const std::string& P, const std::vector<TensorInfo>& tensors
   }
 }
 
+// ---- step 5b: the tokenizer section (version 2 with tokenizer 2) ----
+// Placed inside the data area, 64-aligned, overlapping no tensor; its CRC-32 in the header; its content checked
+// field by field (deserialize_tokenizer) and against the config: the same BOS/EOS, and every id a row of tok_emb.
+std::shared_ptr<const TokenizerSpec> read_tokenizer(const std::string& P, const unsigned char* h, const Layout& l,
+                                                    const ModelConfig& config, const std::vector<TensorInfo>& tensors,
+                                                    uint64_t real_size, bool verify_checksum) {
+  const std::string where = P + ": tokenizer section";
+  if (config.tokenizer != TokenizerKind::bpe) {
+    if (l.tokenizer_offset != 0 || l.tokenizer_size != 0 || l.tokenizer_crc != 0)
+      throw file_error(where + ": header bytes 112..127 are not zero but the config's tokenizer is " +
+                       std::to_string(static_cast<uint32_t>(config.tokenizer)) + " (expected 2 = bpe with a section)");
+    return nullptr;
+  }
+  const uint64_t begin = l.tokenizer_offset, size = l.tokenizer_size;
+  if (size == 0 || begin % kAlignment != 0 || begin < l.data_offset || begin > real_size || size > real_size - begin)
+    throw file_error(where + ": [" + u64s(begin) + ", +" + u64s(size) +
+                     ") (expected a non-empty range at a multiple of 64 between data_offset " + u64s(l.data_offset) +
+                     " and the file end " + u64s(real_size) + ")");
+  for (const auto& t : tensors)
+    if (begin < t.offset + t.size && t.offset < begin + size)
+      throw file_error(where + ": [" + u64s(begin) + ", " + u64s(begin + size) + ") overlaps tensor '" +
+                       quote_name(t.name) + "' [" + u64s(t.offset) + ", " + u64s(t.offset + t.size) + ")");
+  if (verify_checksum) {
+    const uint32_t computed = crc32(h + begin, size);
+    if (computed != l.tokenizer_crc)
+      throw file_error(where + ": checksum mismatch: stored CRC-32 " + hex32(l.tokenizer_crc) + ", computed " +
+                       hex32(computed) + " (the data is corrupt)");
+  }
+  auto spec = std::make_shared<const TokenizerSpec>(deserialize_tokenizer(h + begin, size, where));
+  check_tokenizer_fits(*spec, config, where);
+  return spec;
+}
+
 // ---- step 6: scan the data ----
 // Verifies each tensor's CRC-32 and/or counts its NaN/Inf values, as asked, over 4 MiB pieces in parallel.
 // Threads only pay off for big files: waking a helper costs microseconds, while 1 MiB takes ~50 us to checksum.
@@ -371,11 +419,12 @@ std::shared_ptr<const WeightFile> WeightFile::open(const std::string& path, cons
   wf->map_ = map_file(P, options, wf->file_size_);  // unmapped by ~WeightFile if a later step throws
   const unsigned char* h = wf->map_;
   const Layout layout = check_header(P, h, wf->file_size_, options.verify_checksums);
-  wf->config_ = read_config(P, h);
+  wf->config_ = read_config(P, h, layout.version);
   wf->tensors_ = read_directory(P, h + kHeaderSize, layout, wf->file_size_);
   const std::vector<TensorInfo>& tensors = wf->tensors_;
   check_distinct(P, tensors);
   as_file_error([&] { check_family_tensors(wf->config_, tensors, P); });
+  wf->tokenizer_ = read_tokenizer(P, h, layout, wf->config_, tensors, wf->file_size_, options.verify_checksums);
 
   wf->by_name_.resize(tensors.size());
   for (uint32_t i = 0; i < tensors.size(); ++i) wf->by_name_[i] = i;

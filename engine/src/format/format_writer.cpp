@@ -10,6 +10,7 @@
 // write_weight_file is that writer fed with whole tensors.
 #include <sqrtdk/error.h>
 #include <sqrtdk/format.h>
+#include <sqrtdk/tokenizer.h>
 
 #include "engine/src/format/format_internal.h"
 
@@ -151,6 +152,9 @@ struct WeightFileWriter::State {
   size_t current = 0;      // tensor receiving data
   uint64_t written = 0;    // bytes of the current tensor received
   bool committed = false;
+  ModelConfig config;
+  uint64_t tensors_end = 0;                     // end of the last tensor's data
+  std::vector<unsigned char> tokenizer_section;  // set_tokenizer: written at the next multiple of 64 after the data
 };
 
 WeightFileWriter::WeightFileWriter(const std::string& path, const ModelConfig& config,
@@ -211,7 +215,8 @@ WeightFileWriter::WeightFileWriter(const std::string& path, const ModelConfig& c
     std::memcpy(dir.data() + offset_positions[i], &info.offset, 8);
     std::memcpy(dir.data() + offset_positions[i] + 8, &info.size, 8);
   }
-  s.file_size = end;
+  s.file_size = s.tensors_end = end;
+  s.config = config;
   encode_header(config, static_cast<uint32_t>(s.infos.size()), dir.size(), data_offset, end, s.header);
 
   // Header and directory are written last (they hold the CRCs): reserve their bytes now.
@@ -250,12 +255,40 @@ void WeightFileWriter::append(const void* data, uint64_t size) {
   }
 }
 
+void WeightFileWriter::set_tokenizer(const TokenizerSpec& spec) {
+  State& s = *state_;
+  if (s.committed) throw Error(s.path + ": already committed");
+  const std::string where = s.path + ": tokenizer section";
+  spec.validate(where);
+  check_tokenizer_fits(spec, s.config, where);
+  std::vector<unsigned char> bytes = serialize_tokenizer(spec);
+  if (bytes.size() > UINT32_MAX) throw Error(where + ": " + std::to_string(bytes.size()) + " bytes (at most 4 GiB)");
+  uint64_t offset;
+  if (!align_up(s.tensors_end, offset) || offset > UINT64_MAX - bytes.size()) throw Error(where + ": offset overflows");
+  const uint32_t size = static_cast<uint32_t>(bytes.size()), crc = crc32(bytes.data(), bytes.size());
+  s.file_size = offset + size;
+  s.tokenizer_section = std::move(bytes);
+  auto put32 = [&](uint64_t at, uint32_t v) { std::memcpy(s.header + at, &v, 4); };
+  put32(header_at::version, kVersionTokenizer);
+  std::memcpy(s.header + header_at::file_size, &s.file_size, 8);
+  std::memcpy(s.header + header_at::tokenizer_offset, &offset, 8);
+  put32(header_at::tokenizer_size, size);
+  put32(header_at::tokenizer_crc32, crc);
+}
+
 void WeightFileWriter::commit() {
   State& s = *state_;
   if (s.committed) throw Error(s.path + ": already committed");
   if (s.current < s.infos.size())
     throw Error(s.path + ": tensor '" + quote_name(s.infos[s.current].name) + "': data incomplete (" +
                 std::to_string(s.written) + " of " + std::to_string(s.infos[s.current].size) + " bytes)");
+  if (s.config.tokenizer == TokenizerKind::bpe && s.tokenizer_section.empty())
+    throw Error(s.path + ": the config's tokenizer is bpe but no tokenizer was given (set_tokenizer)");
+  if (!s.tokenizer_section.empty()) {
+    s.out->zeros(s.file_size - s.tokenizer_section.size() - s.pos);
+    s.out->write(s.tokenizer_section.data(), s.tokenizer_section.size());
+    s.pos = s.file_size;
+  }
   for (size_t i = 0; i < s.infos.size(); ++i) std::memcpy(s.dir.data() + s.crc_positions[i], &s.infos[i].crc32, 4);
   const uint32_t crc = header_crc(s.header, s.dir.data(), s.dir.size());
   std::memcpy(s.header + header_at::header_crc32, &crc, 4);
@@ -265,7 +298,8 @@ void WeightFileWriter::commit() {
   s.committed = true;
 }
 
-void write_weight_file(const std::string& path, const ModelConfig& config, const std::vector<TensorToWrite>& tensors) {
+void write_weight_file(const std::string& path, const ModelConfig& config, const std::vector<TensorToWrite>& tensors,
+                       const TokenizerSpec* tokenizer) {
   std::vector<TensorToDeclare> declared;
   declared.reserve(tensors.size());
   for (const auto& t : tensors) declared.push_back({t.name, t.dtype, t.shape});
@@ -277,6 +311,7 @@ void write_weight_file(const std::string& path, const ModelConfig& config, const
     for (uint64_t d : tensors[i].shape) n *= d;  // checked by the writer's constructor
     writer.append(tensors[i].data, n);
   }
+  if (tokenizer) writer.set_tokenizer(*tokenizer);
   writer.commit();
 }
 

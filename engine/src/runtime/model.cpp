@@ -124,6 +124,10 @@ std::shared_ptr<const Model> Model::load(const std::string& path, const ModelOpt
   const ModelConfig& c = m.weights.config;
   m.family = &family_of(c);
   m.n_params = c.n_params();
+  if (const TokenizerSpec* spec = m.file->tokenizer())
+    m.tokenizer = Tokenizer::create(*spec, path + ": tokenizer section");
+  else if (c.tokenizer == TokenizerKind::byte_level)
+    m.tokenizer = Tokenizer::bytes(c.n_vocab, c.bos_id, c.eos_id);
   Loader loader(*m.file, m.weights.isa);
   m.family->load_weights(loader, m.weights);
 
@@ -143,5 +147,12 @@ Isa Model::isa() const { return impl_->weights.isa; }
 uint64_t Model::n_params() const { return impl_->n_params; }
 size_t Model::packed_bytes() const { return impl_->weights.packed_bytes(); }
 double Model::load_seconds() const { return impl_->load_seconds; }
+const Tokenizer* Model::tokenizer() const { return impl_->tokenizer.get(); }
+const Tokenizer& Model::require_tokenizer() const {
+  if (!impl_->tokenizer)
+    throw Error(impl_->path + ": this model has no tokenizer: pass token ids (convert it from a folder with "
+                              "tokenizer.json, or from a GGUF file, to store one)");
+  return *impl_->tokenizer;
+}
 
 }  // namespace sqrtdk

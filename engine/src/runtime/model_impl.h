@@ -3,6 +3,7 @@
 #pragma once
 
 #include <sqrtdk/format.h>
+#include <sqrtdk/tokenizer.h>
 
 #include "models/family.h"
 #include "models/runtime/model_weights.h"
@@ -21,6 +22,7 @@ class ModelImpl {
 
   std::shared_ptr<const WeightFile> file;  // kept mapped: embedding rows are read from it when stored as f32
   ModelWeights weights;                    // config, ISA and the packed tensors
+  std::shared_ptr<const Tokenizer> tokenizer;  // from the file's tokenizer section or the byte tokenizer; may be null
 };
 
 }  // namespace sqrtdk

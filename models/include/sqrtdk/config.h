@@ -12,7 +12,9 @@ namespace sqrtdk {
 
 // A family's id in .sqdk files (engine/FORMAT.md). Each value has one entry in models/families.cpp.
 enum class Arch : uint32_t { gpt2 = 0, llama = 1 };
-enum class TokenizerKind : uint32_t { none = 0, byte_level = 1 };
+// none: callers pass token ids; byte_level: ids 0..255 are bytes (the bundled model); bpe: a Hugging Face-style BPE
+// tokenizer stored in the file's tokenizer section (engine/include/sqrtdk/tokenizer.h, FORMAT.md).
+enum class TokenizerKind : uint32_t { none = 0, byte_level = 1, bpe = 2 };
 
 const char* arch_name(Arch arch);  // the family's name ("gpt2", "llama"), or "unknown"
 

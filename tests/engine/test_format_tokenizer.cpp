@@ -1,0 +1,258 @@
+// The .sqdk tokenizer section (FORMAT.md "Tokenizer section", format version 2): written by the C++ writer, read
+// back field for field, located and checksummed by the header, and refused with a clear error when anything about
+// it is wrong. The tokenizers themselves are tested in test_tokenizer*.cpp.
+#include <doctest/doctest.h>
+
+#include <sqrtdk/error.h>
+#include <sqrtdk/format.h>
+#include <sqrtdk/tokenizer.h>
+
+#include "tests/engine/test_format_util.h"
+
+#include <random>
+
+namespace sqrtdk::test {
+namespace {
+
+// A small, valid byte-level spec whose ids fit the llama fixture's 258 rows: 256 byte pieces are not needed for
+// the format, only consistency (merges produce pieces in the vocabulary, ids in range).
+TokenizerSpec small_spec() {
+  TokenizerSpec s;
+  s.style = TokenizerStyle::byte_level_bpe;
+  s.vocab = {"a", "b", "c", "ab", "abc", "Ġ", "Ġab"};
+  s.merges = {{0, 1}, {3, 2}, {5, 3}};
+  s.added = {{256, "<s>", true}, {257, "</s>", true, false, true}};
+  s.split_regex = R"('s|'t| ?\p{L}+| ?\p{N}+|\s+(?!\S)|\s+)";
+  s.nfc = true;
+  s.ignore_merges = true;
+  s.bos_id = 256;
+  s.eos_id = 257;
+  s.add_bos = true;
+  s.chat_template = ChatTemplateKind::chatml;
+  s.end_of_turn_ids = {257};
+  return s;
+}
+
+Fixture bpe_fixture() {
+  Fixture fx = load_fixture("llama");
+  fx.config.tokenizer = TokenizerKind::bpe;
+  return fx;
+}
+
+void write_with_tokenizer(const Fixture& fx, const std::string& path, const TokenizerSpec& spec) {
+  std::vector<TensorToWrite> tw;
+  for (const auto& t : fx.tensors) tw.push_back({t.name, t.dtype, t.shape, t.encoded.data()});
+  write_weight_file(path, fx.config, tw, &spec);
+}
+
+// Header CRC of a version-2 file: bytes [0, 104), the directory, then bytes [108, 128).
+void reseal_v2(std::vector<unsigned char>& b) {
+  const uint64_t dir_size = get<uint64_t>(b, 88);
+  put<uint32_t>(b, 104, crc32(&b[108], 20, crc32(&b[128], dir_size, crc32(b.data(), 104))));
+}
+
+void check_same(const TokenizerSpec& a, const TokenizerSpec& b) {
+  CHECK(a.style == b.style);
+  CHECK(a.vocab == b.vocab);
+  CHECK(a.merges == b.merges);
+  REQUIRE(a.added.size() == b.added.size());
+  for (size_t i = 0; i < a.added.size(); ++i) {
+    CHECK(a.added[i].id == b.added[i].id);
+    CHECK(a.added[i].content == b.added[i].content);
+    CHECK(a.added[i].special == b.added[i].special);
+    CHECK(a.added[i].lstrip == b.added[i].lstrip);
+    CHECK(a.added[i].rstrip == b.added[i].rstrip);
+    CHECK(a.added[i].normalized == b.added[i].normalized);
+    CHECK(a.added[i].single_word == b.added[i].single_word);
+  }
+  CHECK(a.split_regex == b.split_regex);
+  CHECK(a.nfc == b.nfc);
+  CHECK(a.add_prefix_space == b.add_prefix_space);
+  CHECK(a.ignore_merges == b.ignore_merges);
+  CHECK(a.byte_fallback == b.byte_fallback);
+  CHECK(a.unk_id == b.unk_id);
+  CHECK(a.bos_id == b.bos_id);
+  CHECK(a.eos_id == b.eos_id);
+  CHECK(a.pad_id == b.pad_id);
+  CHECK(a.add_bos == b.add_bos);
+  CHECK(a.add_eos == b.add_eos);
+  CHECK(a.chat_template == b.chat_template);
+  CHECK(a.end_of_turn_ids == b.end_of_turn_ids);
+}
+
+}  // namespace
+
+TEST_CASE("format tokenizer section: written, read back field for field, tensors unchanged") {
+  TempDir dir;
+  const std::string path = dir.file("tok.sqdk");
+  const TokenizerSpec spec = small_spec();
+  write_with_tokenizer(bpe_fixture(), path, spec);
+  const auto wf = WeightFile::open(path);
+  REQUIRE(wf->tokenizer() != nullptr);
+  check_same(*wf->tokenizer(), spec);
+  CHECK(wf->config().tokenizer == TokenizerKind::bpe);
+  const std::vector<unsigned char> b = read_bytes(path);
+  CHECK(get<uint32_t>(b, 4) == 2);  // version 2
+  // The tensors are laid out exactly as in the version-1 file; the section follows them.
+  const std::vector<unsigned char>& v1 = fixture_bytes("llama");
+  const uint64_t data_offset = get<uint64_t>(v1, 96);
+  CHECK(std::equal(v1.begin() + static_cast<long>(data_offset), v1.end(), b.begin() + static_cast<long>(data_offset)));
+  const uint64_t offset = get<uint64_t>(b, 112);
+  CHECK(offset % 64 == 0);
+  CHECK(offset >= v1.size());
+  CHECK(offset + get<uint32_t>(b, 120) == b.size());
+  // Files without a tokenizer are still written as version 1, byte for byte as before.
+  CHECK(get<uint32_t>(v1, 4) == 1);
+  const auto v1_file = dir.file("v1.sqdk");
+  write_bytes(v1_file, v1);
+  CHECK(WeightFile::open(v1_file)->tokenizer() == nullptr);
+}
+
+TEST_CASE("format tokenizer section: serialize and deserialize round-trip, and every truncation is an error") {
+  const TokenizerSpec spec = small_spec();
+  const std::vector<unsigned char> bytes = serialize_tokenizer(spec);
+  check_same(deserialize_tokenizer(bytes.data(), bytes.size(), "t"), spec);
+  for (size_t n = 0; n < bytes.size(); ++n) {
+    INFO("truncated to " << n << " bytes");
+    CHECK_THROWS_AS(deserialize_tokenizer(bytes.data(), n, "t"), Error);
+  }
+  std::vector<unsigned char> longer = bytes;
+  longer.push_back(0);
+  CHECK_THROWS_WITH_AS(deserialize_tokenizer(longer.data(), longer.size(), "t"),
+                       doctest::Contains("after the last field"), Error);
+}
+
+TEST_CASE("format tokenizer section: every bit flip in the section and its header fields is refused") {
+  TempDir dir;
+  const std::string path = dir.file("tok.sqdk");
+  write_with_tokenizer(bpe_fixture(), path, small_spec());
+  const std::vector<unsigned char> good = read_bytes(path);
+  const uint64_t offset = get<uint64_t>(good, 112);
+  std::mt19937_64 rng(7);
+  int n_errors = 0, n_tries = 0;
+  // Header bytes 112..127 (offset, size, CRC: covered by the header CRC), then random bits of the section (its CRC).
+  std::vector<size_t> bits;
+  for (size_t bit = 112 * 8; bit < 128 * 8; ++bit) bits.push_back(bit);
+  for (int i = 0; i < 200; ++i) bits.push_back(offset * 8 + rng() % ((good.size() - offset) * 8));
+  for (size_t bit : bits) {
+    std::vector<unsigned char> b = good;
+    b[bit / 8] ^= static_cast<unsigned char>(1u << (bit % 8));
+    write_bytes(path, b);
+    ++n_tries;
+    try {
+      WeightFile::open(path);
+      FAIL("bit " << bit << " loaded");
+    } catch (const Error& e) {
+      CHECK(e.kind() == ErrorKind::bad_file);
+      ++n_errors;
+    }
+  }
+  CHECK(n_errors == n_tries);
+  // With checksums off, a flipped piece byte still gets a clear error or a valid spec, never a crash.
+  LoadOptions no_crc;
+  no_crc.verify_checksums = false;
+  for (int i = 0; i < 300; ++i) {
+    std::vector<unsigned char> b = good;
+    b[offset + rng() % (good.size() - offset)] = static_cast<unsigned char>(rng());
+    write_bytes(path, b);
+    try {
+      WeightFile::open(path, no_crc);
+    } catch (const Error& e) {
+      CHECK(e.kind() == ErrorKind::bad_file);
+    }
+  }
+}
+
+TEST_CASE("format tokenizer section: misplaced sections and mismatched configs are refused by name") {
+  TempDir dir;
+  const std::string path = dir.file("tok.sqdk");
+  write_with_tokenizer(bpe_fixture(), path, small_spec());
+  const std::vector<unsigned char> good = read_bytes(path);
+  const uint64_t offset = get<uint64_t>(good, 112);
+  const auto entries = parse_entries(good);
+  SUBCASE("overlapping a tensor") {
+    std::vector<unsigned char> b = good;
+    put<uint64_t>(b, 112, get<uint64_t>(b, entries.back().offset));
+    reseal_v2(b);
+    write_bytes(path, b);
+    expect_load_error(path, {"tokenizer section", "overlaps tensor"});
+  }
+  SUBCASE("misaligned") {
+    std::vector<unsigned char> b = good;
+    put<uint64_t>(b, 112, offset + 4);
+    reseal_v2(b);
+    write_bytes(path, b);
+    expect_load_error(path, {"tokenizer section", "multiple of 64"});
+  }
+  SUBCASE("past the end") {
+    std::vector<unsigned char> b = good;
+    put<uint32_t>(b, 120, get<uint32_t>(b, 120) + 1);
+    reseal_v2(b);
+    write_bytes(path, b);
+    expect_load_error(path, {"tokenizer section", "file end"});
+  }
+  SUBCASE("tokenizer 2 in a version-1 file") {
+    std::vector<unsigned char> b = good;
+    put<uint32_t>(b, 4, 1);
+    put<uint64_t>(b, 112, 0);
+    put<uint32_t>(b, 120, 0);
+    put<uint32_t>(b, 124, 0);
+    reseal(b);
+    write_bytes(path, b);
+    expect_load_error(path, {"config", "version 1 file"});
+  }
+  SUBCASE("section fields without tokenizer 2") {
+    std::vector<unsigned char> b = good;
+    put<uint32_t>(b, 64, 0);
+    reseal_v2(b);
+    write_bytes(path, b);
+    expect_load_error(path, {"tokenizer section", "not zero"});
+  }
+  SUBCASE("version 3") {
+    std::vector<unsigned char> b = good;
+    put<uint32_t>(b, 4, 3);
+    write_bytes(path, b);
+    expect_load_error(path, {"unsupported format version 3"});
+  }
+}
+
+TEST_CASE("format tokenizer section: the writer refuses a spec that does not fit the config") {
+  TempDir dir;
+  const std::string path = dir.file("bad.sqdk");
+  SUBCASE("BOS differs from the config") {
+    TokenizerSpec s = small_spec();
+    s.bos_id = 0;
+    CHECK_THROWS_WITH_AS(write_with_tokenizer(bpe_fixture(), path, s), doctest::Contains("BOS/EOS"), Error);
+  }
+  SUBCASE("an id past n_vocab") {
+    TokenizerSpec s = small_spec();
+    s.added.push_back({300, "<x>", true});
+    CHECK_THROWS_WITH_AS(write_with_tokenizer(bpe_fixture(), path, s), doctest::Contains("n_vocab"), Error);
+  }
+  SUBCASE("a merge whose result is not a piece") {
+    TokenizerSpec s = small_spec();
+    s.merges.push_back({1, 2});
+    CHECK_THROWS_WITH_AS(write_with_tokenizer(bpe_fixture(), path, s), doctest::Contains("not in the vocabulary"),
+                         Error);
+  }
+  SUBCASE("config says bpe but no tokenizer is given") {
+    CHECK_THROWS_WITH_AS(write_fixture(bpe_fixture(), path), doctest::Contains("no tokenizer was given"), Error);
+  }
+  SUBCASE("a tokenizer for a config that says byte_level") {
+    CHECK_THROWS_WITH_AS(write_with_tokenizer(load_fixture("llama"), path, small_spec()),
+                         doctest::Contains("expected 2 = bpe"), Error);
+  }
+  CHECK_FALSE(std::filesystem::exists(path));
+}
+
+TEST_CASE("sentencepiece merges: ranked by the merged piece's score, ties by the pieces' ids") {
+  // pieces: a b c ab bc abc; scores favour "bc" over "ab", so "b c" merges before "a b".
+  const std::vector<std::string> pieces = {"a", "b", "c", "ab", "bc", "abc", "▁", "▁a"};
+  const std::vector<float> scores = {0, 0, 0, -2, -1, -3, 0, -0.5f};
+  const auto merges = sentencepiece_merges(pieces, scores);
+  const std::vector<std::pair<uint32_t, uint32_t>> expected = {{6, 0}, {1, 2}, {0, 1}, {0, 4}, {3, 2}};
+  CHECK(merges == expected);
+  CHECK_THROWS_AS(sentencepiece_merges(pieces, {0.0f}), Error);
+}
+
+}  // namespace sqrtdk::test
