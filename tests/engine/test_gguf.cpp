@@ -8,6 +8,7 @@
 #include <sqrtdk/format.h>
 #include <sqrtdk/model.h>
 #include <sqrtdk/session.h>
+#include <sqrtdk/tokenizer.h>
 
 #include <sqrtdk/convert.h>
 #include "engine/src/import/gguf.h"
@@ -584,6 +585,26 @@ TEST_CASE("gguf: tokenizer metadata becomes a TokenizerSpec") {
     CHECK_FALSE(s.add_bos);
     CHECK(gguf_model_config(*f).eos_id == 92);
 
+    // Converted: the tokenizer section holds the spec, and the config says bpe with the same EOS. The chat template
+    // is recognised (tests/data/chat/templates/chatml.jinja) and its <|im_end|> stops generation.
+    {
+      Builder chat = b;
+      std::ifstream jinja(std::string(SQRTDK_TEST_DATA_DIR) + "/chat/templates/chatml.jinja");
+      chat.set_str("tokenizer.chat_template", std::string(std::istreambuf_iterator<char>(jinja), {}));
+      chat.erase_kv("tokenizer.ggml.eot_token_id");
+      TempDir dir;
+      write_bytes(dir.file("tok.gguf"), chat.build());
+      convert_gguf(dir.file("tok.gguf"), dir.file("tok.sqdk"));
+      const auto file = WeightFile::open(dir.file("tok.sqdk"));
+      CHECK(file->config().tokenizer == TokenizerKind::bpe);
+      CHECK(file->config().eos_id == 92);
+      REQUIRE(file->tokenizer() != nullptr);
+      CHECK(file->tokenizer()->merges == s.merges);
+      CHECK(file->tokenizer()->added.size() == 4);
+      CHECK(file->tokenizer()->chat_template == ChatTemplateKind::chatml);
+      CHECK(file->tokenizer()->end_of_turn_ids == std::vector<uint32_t>{94});
+    }
+
     Builder bad = b;
     bad.set_str("tokenizer.ggml.pre", "deepseek-coder");
     expect_plan_error(bad.build(), {"key 'tokenizer.ggml.pre': pre-tokenizer 'deepseek-coder' is not supported"});
@@ -646,6 +667,15 @@ TEST_CASE("gguf: tokenizer metadata becomes a TokenizerSpec") {
     CHECK(s.merges == sentencepiece_merges(tokens, scores));
     REQUIRE(s.merges.size() >= 3);
     CHECK(s.merges[0] == std::pair<uint32_t, uint32_t>(67, 68));  // ▁ + a: the best-scored piece first
+    TempDir dir;
+    write_bytes(dir.file("spm.gguf"), bytes);
+    convert_gguf(dir.file("spm.gguf"), dir.file("spm.sqdk"));
+    const auto file = WeightFile::open(dir.file("spm.sqdk"));
+    REQUIRE(file->tokenizer() != nullptr);
+    CHECK(file->tokenizer()->style == TokenizerStyle::sentencepiece_bpe);
+    CHECK(file->tokenizer()->vocab == tokens);
+    CHECK(file->config().bos_id == 1);
+
     Builder bad = b;
     bad.erase_kv("tokenizer.ggml.scores");
     expect_plan_error(bad.build(), {"key 'tokenizer.ggml.scores' is missing"});

@@ -7,6 +7,7 @@
 // Memory stays at a few chunk buffers (about 4 MiB of f32 each) whatever the model size.
 #include "engine/src/import/gguf.h"
 
+#include <sqrtdk/chat.h>
 #include <sqrtdk/error.h>
 
 #include "engine/src/format/format_internal.h"
@@ -83,7 +84,7 @@ ModelConfig gguf_model_config(const GgufFile& f) {
   c.n_kv_heads = f.find_kv(p + "attention.head_count_kv") ? dim(f, p + "attention.head_count_kv", needed) : c.n_heads;
   c.d_ff = dim(f, p + "feed_forward_length", needed);
   c.max_seq = dim(f, p + "context_length", needed);
-  c.tokenizer = TokenizerKind::none;
+  c.tokenizer = gguf_has_tokenizer(f) ? TokenizerKind::bpe : TokenizerKind::none;  // the spec: tokenizer_spec_from_gguf
   c.tied_embeddings = f.find_tensor("output.weight") == nullptr;
 
   if (c.arch == Arch::llama) {
@@ -364,7 +365,18 @@ TokenizerSpec tokenizer_spec_from_gguf(const GgufFile& f, const std::string& whe
   // llama.cpp's defaults: SentencePiece models start with BOS, byte-level BPE models do not unless they say so.
   spec.add_bos = f.get_bool("tokenizer.ggml.add_bos_token").value_or(spec.style == TokenizerStyle::sentencepiece_bpe);
   spec.add_eos = f.get_bool("tokenizer.ggml.add_eos_token").value_or(false);
-  spec.chat_template = ChatTemplateKind::none;
+  // The Jinja template, recognised as one of the families rendered natively (none for anything else); its turn-end
+  // marker also stops generation.
+  if (const std::optional<std::string> jinja = f.get_string("tokenizer.chat_template")) {
+    spec.chat_template = detect_chat_template(*jinja);
+    const char* marker = spec.chat_template == ChatTemplateKind::chatml   ? "<|im_end|>"
+                         : spec.chat_template == ChatTemplateKind::llama3 ? "<|eot_id|>"
+                                                                          : nullptr;
+    for (const AddedToken& a : spec.added)
+      if (marker && a.content == marker && a.id != spec.eos_id &&
+          std::find(spec.end_of_turn_ids.begin(), spec.end_of_turn_ids.end(), a.id) == spec.end_of_turn_ids.end())
+        spec.end_of_turn_ids.push_back(a.id);
+  }
   spec.validate(where);
   return spec;
 }
@@ -406,7 +418,8 @@ ConvertResult convert_gguf_with(const std::string& gguf_path, const std::string&
   result.config = config;
   const std::vector<GgufPlannedTensor> plan = plan_gguf_tensors(f, config);
   // The tokenizer is read (and refused if it cannot be represented) before anything is written.
-  if (gguf_has_tokenizer(f)) (void)tokenizer_spec_from_gguf(f, f.path());
+  std::optional<TokenizerSpec> tokenizer;
+  if (gguf_has_tokenizer(f)) tokenizer = tokenizer_spec_from_gguf(f, f.path());
 
   // Output dtype: asked for, else the tensors' own when they share a lossless one, else f32.
   DType out_dtype = DType::f32;
@@ -430,6 +443,7 @@ ConvertResult convert_gguf_with(const std::string& gguf_path, const std::string&
   if (std::filesystem::equivalent(out_path, gguf_path, ec))
     throw Error(out_path + ": is the GGUF file being converted (write the .sqdk somewhere else)");
   WeightFileWriter writer(out_path, config, declared);
+  if (tokenizer) writer.set_tokenizer(*tokenizer);
 
   std::vector<unsigned char> raw, encoded;
   std::vector<float> values;
