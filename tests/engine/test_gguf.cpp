@@ -662,8 +662,8 @@ TEST_CASE("gguf: tokenizer metadata becomes a TokenizerSpec") {
     CHECK(s.unk_id == 0);
     CHECK(s.bos_id == 1);
     CHECK(s.vocab[1] == "<s>");
-    REQUIRE(s.added.size() == 2);
-    CHECK(s.added[0].id == 1);
+    REQUIRE(s.added.size() == 3);  // <unk>, <s>, </s>: added tokens, as in Hugging Face's tokenizer.json
+    CHECK(s.added[1].id == 1);
     CHECK(s.merges == sentencepiece_merges(tokens, scores));
     REQUIRE(s.merges.size() >= 3);
     CHECK(s.merges[0] == std::pair<uint32_t, uint32_t>(67, 68));  // ▁ + a: the best-scored piece first

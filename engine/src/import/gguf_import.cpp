@@ -337,10 +337,11 @@ TokenizerSpec tokenizer_spec_from_gguf(const GgufFile& f, const std::string& whe
     for (uint64_t i = 0; i < n; ++i) {
       if (types[i] == kByte) spec.byte_fallback = true;
       if (types[i] == kUnknown && spec.unk_id == kNoToken) spec.unk_id = static_cast<uint32_t>(i);
-      // As Hugging Face's tokenizer.json for these models: <s>, </s> and user-defined pieces are added tokens that
-      // keep their piece in the vocabulary.
-      if (types[i] == kControl || types[i] == kUserDefined)
-        spec.added.push_back({.id = static_cast<uint32_t>(i), .content = tokens[i], .special = types[i] == kControl});
+      // As Hugging Face's tokenizer.json for these models: <unk>, <s>, </s> and user-defined pieces are added
+      // tokens that keep their piece in the vocabulary.
+      if (types[i] == kUnknown || types[i] == kControl || types[i] == kUserDefined)
+        spec.added.push_back(
+            {.id = static_cast<uint32_t>(i), .content = tokens[i], .special = types[i] != kUserDefined});
     }
   }
 
