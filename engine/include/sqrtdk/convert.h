@@ -14,6 +14,7 @@
 // converting a 536 MB llama checkpoint). The data is not read through the mapping: on this VM the first touch of each
 // mapped 4 KiB page costs microseconds, and pread into reused buffers converted twice as fast (1.6 s vs 3.2 s for
 // 536 MB to tmpfs). The output appears under its final name only when complete (temporary file, fsync, rename).
+// GGUF files (llama.cpp) -> .sqdk: convert_gguf below (engine/src/import/gguf.h has the reader and its checks).
 #pragma once
 
 #include <sqrtdk/format.h>
@@ -56,5 +57,15 @@ struct ConvertResult {
 // Narrowing to f16 that turns a finite value into Inf is an error naming the tensor.
 ConvertResult convert_hf_checkpoint(const std::string& hf_dir, const std::string& out_path,
                                     const ConvertOptions& options = {});
+
+// Converts a llama.cpp GGUF file (version 2 or 3) to `out_path`: architectures llama and gpt2; tensor types F32,
+// F16, BF16 and Q8_0 (dequantized to the output dtype; default: the tensors' own dtype when they share F32, F16 or
+// BF16, else f32). llama q/k rows are put back from llama.cpp's interleaved order into the Hugging Face layout, so
+// the file has rotate-half RoPE. The tokenizer in tokenizer.ggml.* (model "gpt2" or "llama") is read too. The whole
+// file is checked (layout, metadata, every tensor's presence, type and shape, unused tensors) before the output is
+// created. Throws sqrtdk::Error naming the file and the key or tensor (kind unsupported for a valid file sqrtdk
+// cannot run: another architecture, a Q4_K tensor, RoPE scaling).
+ConvertResult convert_gguf(const std::string& gguf_path, const std::string& out_path,
+                           const ConvertOptions& options = {});
 
 }  // namespace sqrtdk
