@@ -23,6 +23,7 @@ namespace {
 struct ConvertArgs {
   std::string input, out, dtype;
   bool quiet = false;
+  bool no_tokenizer = false;
 };
 
 // A regular file that starts with the GGUF magic (the extension alone says nothing).
@@ -37,6 +38,7 @@ bool is_gguf_file(const std::string& path) {
 void run_convert(const ConvertArgs& a) {
   ConvertOptions options;
   if (!a.dtype.empty()) options.dtype = parse_dtype(a.dtype);
+  options.with_tokenizer = !a.no_tokenizer;
   std::unique_ptr<Progress> progress;
   options.progress = [&](uint64_t done, uint64_t total) {
     if (!progress) progress = std::make_unique<Progress>("converting", static_cast<size_t>(total), a.quiet);
@@ -51,7 +53,9 @@ void run_convert(const ConvertArgs& a) {
               arch_name(r.config.arch), static_cast<unsigned long long>(r.config.n_params()), dtype_name(r.dtype),
               r.n_tensors, r.file_size / 1e6, seconds, seconds > 0 ? r.bytes_read / 1e6 / seconds : 0.0);
   if (!r.skipped.empty()) std::printf("; skipped %zu unused tensors (e.g. %s)", r.skipped.size(), r.skipped[0].c_str());
-  std::printf("\n");
+  std::printf("\ntokenizer: %s\n", r.tokenizer.empty() ? (a.no_tokenizer ? "not stored (--no-tokenizer)"
+                                                                          : "none found (the model takes token ids)")
+                                                        : r.tokenizer.c_str());
 }
 
 }  // namespace
@@ -75,6 +79,9 @@ void add_convert_command(CLI::App& app) {
   sub->add_option("--dtype", a->dtype, "Output dtype f32, f16 or bf16 (default: the checkpoint's, if uniform, else f32)")
       ->check(CLI::IsMember({"f32", "f16", "bf16"}));
   sub->add_flag("-q,--quiet", a->quiet, "No progress bar");
+  sub->add_flag("--no-tokenizer", a->no_tokenizer,
+                "Do not store the tokenizer (by default: tokenizer.json + tokenizer_config.json, vocab.json + "
+                "merges.txt, or tokenizer.model from the folder; tokenizer.ggml.* from a GGUF file)");
   sub->callback([a] { run_convert(*a); });
 }
 

@@ -72,6 +72,8 @@ struct TokenizerSpec {
   // merge whose result is not in the vocabulary, and so on. (The regex is compiled by Tokenizer::create, which
   // names a bad one.)
   void validate(const std::string& where) const;
+  // One line for people: "byte-level BPE, 50257 pieces, 50000 merges, 1 added token, chat template none".
+  std::string summary() const;
 };
 
 // SentencePiece BPE encodes by merging the adjacent pair whose merged piece has the highest score. This builds the

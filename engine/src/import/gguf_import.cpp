@@ -415,12 +415,16 @@ ConvertResult convert_gguf_with(const std::string& gguf_path, const std::string&
   const GgufFile& f = *file;
   ConvertResult result;
   ModelConfig config = gguf_model_config(f);
+  if (!options.with_tokenizer) config.tokenizer = TokenizerKind::none;
   if (config.arch == Arch::llama && !knobs.unpermute_qk) config.rope_interleaved = knobs.interleaved_rope;
   result.config = config;
   const std::vector<GgufPlannedTensor> plan = plan_gguf_tensors(f, config);
   // The tokenizer is read (and refused if it cannot be represented) before anything is written.
   std::optional<TokenizerSpec> tokenizer;
-  if (gguf_has_tokenizer(f)) tokenizer = tokenizer_spec_from_gguf(f, f.path());
+  if (options.with_tokenizer && gguf_has_tokenizer(f)) {
+    tokenizer = tokenizer_spec_from_gguf(f, f.path());
+    result.tokenizer = tokenizer->summary();
+  }
 
   // Output dtype: asked for, else the tensors' own when they share a lossless one, else f32.
   DType out_dtype = DType::f32;

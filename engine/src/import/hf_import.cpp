@@ -370,11 +370,7 @@ ConvertResult convert_hf_checkpoint(const std::string& hf_dir, const std::string
     config.tokenizer = TokenizerKind::bpe;
     config.bos_id = tokenizer.bos_id;
     config.eos_id = tokenizer.eos_id;
-    result.tokenizer = std::string(tokenizer.style == TokenizerStyle::byte_level_bpe ? "byte-level BPE"
-                                                                                     : "SentencePiece-style BPE") +
-                       ", " + std::to_string(tokenizer.vocab.size()) + " pieces, " +
-                       std::to_string(tokenizer.added.size()) + " added tokens, chat template " +
-                       chat_template_name(tokenizer.chat_template);
+    result.tokenizer = tokenizer.summary();
   }
   result.config = config;
   const Checkpoint ck = open_checkpoint(dir);

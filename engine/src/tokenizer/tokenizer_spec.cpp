@@ -156,6 +156,13 @@ void TokenizerSpec::validate(const std::string& where) const {
     if (id >= n_ids) fail("end-of-turn id " + std::to_string(id) + " is out of range");
 }
 
+std::string TokenizerSpec::summary() const {
+  return std::string(style == TokenizerStyle::byte_level_bpe ? "byte-level BPE" : "SentencePiece-style BPE") + ", " +
+         std::to_string(vocab.size()) + " pieces, " + std::to_string(merges.size()) + " merges, " +
+         std::to_string(added.size()) + (added.size() == 1 ? " added token" : " added tokens") + ", chat template " +
+         chat_template_name(chat_template);
+}
+
 std::vector<std::pair<uint32_t, uint32_t>> sentencepiece_merges(const std::vector<std::string>& pieces,
                                                                 const std::vector<float>& scores) {
   if (scores.size() != pieces.size())
