@@ -5,6 +5,7 @@
 #pragma once
 
 #include <sqrtdk/format.h>
+#include <sqrtdk/tokenizer.h>
 
 #include <cstddef>
 #include <cstdint>
@@ -47,7 +48,9 @@ struct RequestLimits {
 // Parses and validates a /v1/completions body. Fields: prompt (string) or tokens (array of ids), max_tokens,
 // temperature, top_p, top_k, seed, stop (array of strings and/or ids, or one string), stream. Unknown fields
 // are ignored (clients often send more). Throws RequestError(400, "...") naming the field on any problem.
+// `tokenizer` (the model's; may be null): encodes a text prompt; without one only the byte-level config can take
+// text.
 CompletionRequest parse_completion_request(std::string_view body, const ModelConfig& config,
-                                           const RequestLimits& limits);
+                                           const RequestLimits& limits, const Tokenizer* tokenizer = nullptr);
 
 }  // namespace sqrtdk::serve

@@ -20,6 +20,7 @@
 #include <sqrtdk/error.h>
 #include <sqrtdk/generate.h>
 #include <sqrtdk/session.h>
+#include <sqrtdk/tokenizer.h>
 
 #include <utility>  // before Asio: 1.74's headers use std::exchange without including it
 
@@ -40,6 +41,7 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <sys/resource.h>
 #include <system_error>
@@ -103,7 +105,9 @@ using InterruptFn = std::function<const char*()>;
 Completion run_completion(Session& session, const CompletionRequest& r, const EmitFn& emit,
                           const InterruptFn& interrupted, int token_delay_ms) {
   const ModelConfig& config = session.model().config();
-  const bool byte_level = config.tokenizer == TokenizerKind::byte_level;
+  const Tokenizer* tokenizer = session.model().tokenizer();
+  std::optional<TokenStreamer> streamer;  // the text of each token as it becomes whole UTF-8
+  if (tokenizer) streamer.emplace(*tokenizer, /*skip_special=*/true);
   session.reset();
   SamplingOptions so;
   so.temperature = r.temperature;
@@ -124,26 +128,30 @@ Completion run_completion(Session& session, const CompletionRequest& r, const Em
 
   std::span<const float> logits = session.prefill(r.prompt);
   c.finish_reason = "length";
+  bool cut_by_stop = false;
   while (c.tokens.size() < r.max_tokens) {
     if (const char* why = interrupted()) {
       c.finish_reason = why;
       break;
     }
     const uint32_t token = sampler.sample(logits);
-    if (token == config.eos_id ||
-        std::find(r.stop_tokens.begin(), r.stop_tokens.end(), token) != r.stop_tokens.end()) {
+    const bool end_token = tokenizer ? std::find(tokenizer->stop_ids().begin(), tokenizer->stop_ids().end(), token) !=
+                                           tokenizer->stop_ids().end()
+                                     : token == config.eos_id;
+    if (end_token || std::find(r.stop_tokens.begin(), r.stop_tokens.end(), token) != r.stop_tokens.end()) {
       c.finish_reason = "stop";
       break;
     }
     if (token_delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(token_delay_ms));
     c.tokens.push_back(token);
-    if (byte_level && token < 256) c.text.push_back(static_cast<char>(token));
+    if (streamer) c.text += streamer->push(token);
     ends.push_back(c.text.size());
 
     bool stopped = false;
     for (const std::string& stop : r.stop_texts) {
       if (c.text.size() >= stop.size() && c.text.compare(c.text.size() - stop.size(), stop.size(), stop) == 0) {
-        // Drop the stop string: byte-level tokens never straddle it, so whole tokens go.
+        // Drop the stop string and the tokens that end inside it (a BPE token may straddle its start: its text
+        // before the stop string stays).
         const size_t cut = c.text.size() - stop.size();
         size_t keep = 0;
         while (keep < ends.size() && ends[keep] <= cut) ++keep;
@@ -156,6 +164,7 @@ Completion run_completion(Session& session, const CompletionRequest& r, const Em
     }
     if (stopped) {
       c.finish_reason = "stop";
+      cut_by_stop = true;
       break;
     }
     // Hold back the tokens that might begin a stop string, so a stream never shows part of one.
@@ -173,6 +182,10 @@ Completion run_completion(Session& session, const CompletionRequest& r, const Em
     flush(safe);
     if (c.tokens.size() == r.max_tokens || session.n_past() >= session.max_context()) break;
     logits = session.decode(token);
+  }
+  if (streamer && !cut_by_stop && !c.tokens.empty()) {  // an incomplete character at the end becomes U+FFFD
+    c.text += streamer->finish();
+    ends.back() = c.text.size();
   }
   flush(c.tokens.size());
   return c;
@@ -801,7 +814,7 @@ class ServerImpl {
     CompletionRequest request;
     Reply invalid;  // co_await may not appear in a catch block
     try {
-      request = parse_completion_request(req.body(), model_->config(), limits_);
+      request = parse_completion_request(req.body(), model_->config(), limits_, model_->tokenizer());
     } catch (const RequestError& e) {
       invalid = json_error(e.status(), e.what());
     }
