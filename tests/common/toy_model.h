@@ -51,7 +51,9 @@ inline ModelConfig toy_gpt2_config() {
 
 // Writes a model with random weights: linear layers N(0, 0.08), embeddings N(0, 0.5), norm weights 1 ± 0.1, biases
 // N(0, 0.05): large enough that every layer changes the logits, small enough that activations stay O(1).
-inline void write_toy_model(const std::string& path, const ModelConfig& config, uint64_t seed) {
+// `tokenizer`: stored as the file's tokenizer section (config.tokenizer must then be bpe).
+inline void write_toy_model(const std::string& path, const ModelConfig& config, uint64_t seed,
+                            const TokenizerSpec* tokenizer = nullptr) {
   std::mt19937_64 rng(seed);
   std::vector<std::vector<float>> storage;
   std::vector<TensorToWrite> tensors;
@@ -67,7 +69,7 @@ inline void write_toy_model(const std::string& path, const ModelConfig& config, 
     storage.push_back(std::move(data));
     tensors.push_back({spec.name, DType::f32, spec.shape, storage.back().data()});
   }
-  write_weight_file(path, config, tensors);
+  write_weight_file(path, config, tensors, tokenizer);
 }
 
 }  // namespace sqrtdk::test
