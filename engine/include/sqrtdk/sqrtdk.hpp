@@ -1,7 +1,8 @@
 // The whole C++ API in one include: Model, Session, generation and sampling, the profiler, errors, ISA choice,
-// the .sqdk format and Hugging Face conversion. (The C API is <sqrtdk/sqrtdk.h>.)
+// the .sqdk format, Hugging Face and GGUF conversion, tokenizers and chat templates. (The C API is <sqrtdk/sqrtdk.h>.)
 #pragma once
 
+#include <sqrtdk/chat.h>
 #include <sqrtdk/convert.h>
 #include <sqrtdk/error.h>
 #include <sqrtdk/format.h>
@@ -10,4 +11,5 @@
 #include <sqrtdk/model.h>
 #include <sqrtdk/profiler.h>
 #include <sqrtdk/session.h>
+#include <sqrtdk/tokenizer.h>
 #include <sqrtdk/version.h>

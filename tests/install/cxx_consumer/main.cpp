@@ -9,7 +9,9 @@ int main(int argc, char** argv) {
   try {
     auto model = sqrtdk::Model::load(argv[1]);           // immutable, shareable
     sqrtdk::Session session(model);                       // one per caller
-    auto logits = session.prefill(sqrtdk::byte_encode("Hello", model->config().bos_id));
+    const auto prompt = model->require_tokenizer().encode("Hello");  // the installed headers carry the tokenizer
+    if (prompt != sqrtdk::byte_encode("Hello", model->config().bos_id)) return 1;
+    auto logits = session.prefill(prompt);
     auto best = std::max_element(logits.begin(), logits.end()) - logits.begin();
     std::printf("sqrtdk %s: next token %ld of %zu\n", SQRTDK_VERSION_STRING, static_cast<long>(best), logits.size());
     return logits.size() == model->config().n_vocab ? 0 : 1;
