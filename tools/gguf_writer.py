@@ -3,7 +3,7 @@
 lays it out, with numpy only (no torch, no `gguf` package): for making test fixtures and for trying
 `sqrtdk convert model.gguf` without llama.cpp.
 
-    /usr/bin/python3 tools/gguf_writer.py HF_DIR OUT.gguf [--type f32|f16|bf16|q8_0] [--tokenizer tokenizer.json]
+    /usr/bin/python3 tools/gguf_writer.py HF_DIR OUT.gguf [--type f32|f16|bf16|q8_0] [--tokenizer PATH]
     /usr/bin/python3 tools/gguf_writer.py --fuzz-seeds tests/fuzz/corpus/fuzz_gguf   (the committed seed corpus)
 
 HF_DIR holds config.json (LlamaForCausalLM or GPT2LMHeadModel) and model.safetensors (F32, F16 or BF16).
@@ -18,7 +18,9 @@ What llama.cpp does, and so does this:
     Q8_0 (others F16), quantized exactly as ggml's quantize_row_q8_0_ref (see quantize_q8_0);
   - the data section and every tensor aligned to 32 bytes (general.alignment's default).
 
---tokenizer adds tokenizer.ggml.* from a tokenizer.json (bos/eos from tokenizer_config.json beside it, if any):
+--tokenizer adds tokenizer.ggml.* from a tokenizer.json (bos/eos from tokenizer_config.json beside it, if any), GPT-2's
+vocab.json + merges.txt or encoder.json + vocab.bpe (read as the tokenizer.json Hugging Face builds from them; bos/eos
+<|endoftext|>, no BOS added), or a folder holding one of these:
   - a byte-level BPE (GPT-2, Llama 3, Qwen2): model "gpt2", tokens by id, merges as "left right", token_type
     (3 control for special added tokens, 4 user-defined for the other added tokens, else 1), and tokenizer.ggml.pre
     from the pre-tokenizer (GPT-2's ByteLevel regex -> "gpt-2", Llama 3's split regex -> "llama-bpe", Qwen2's ->
@@ -204,14 +206,52 @@ def encode(a, kind):
 
 # ---- tokenizer ----
 
-def tokenizer_metadata(path):
+def gpt2_files_tokenizer(vocab_path, merges_path):
+    """GPT-2's vocab.json + merges.txt (or encoder.json + vocab.bpe) as the tokenizer.json Hugging Face makes of them
+    (the construction of tools/tokenizer_fixtures/make_fixtures.js): BPE model, ByteLevel pre-tokenizer with GPT-2's
+    regex and no prefix space, <|endoftext|> a special added token."""
+    with open(vocab_path, encoding="utf-8") as f:
+        vocab = json.load(f)
+    with open(merges_path, encoding="utf-8") as f:
+        merges = [line for line in f.read().split("\n") if line and not line.startswith("#version")]
+    added = [{"id": vocab["<|endoftext|>"], "content": "<|endoftext|>", "special": True}] if "<|endoftext|>" in vocab else []
+    return {"added_tokens": added, "normalizer": None,
+            "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "use_regex": True},
+            "model": {"type": "BPE", "vocab": vocab, "merges": merges}}
+
+
+def read_tokenizer(path):
+    """(tokenizer.json contents, tokenizer_config.json contents or {}) from a tokenizer.json, GPT-2's vocab.json /
+    encoder.json (its merges.txt / vocab.bpe beside it), or a folder holding either. GPT-2's files have no config:
+    bos and eos are <|endoftext|>, as Hugging Face's GPT2Tokenizer defaults (and llama.cpp writes), and no BOS is
+    added."""
+    folder = path if os.path.isdir(path) else os.path.dirname(path)
+    at = lambda name: os.path.join(folder, name)
+    if os.path.isdir(path):
+        for name in ("tokenizer.json", "vocab.json", "encoder.json"):
+            if os.path.exists(at(name)):
+                path = at(name)
+                break
+        else:
+            sys.exit(f"gguf_writer: {folder}: no tokenizer.json, vocab.json + merges.txt or encoder.json + vocab.bpe")
+    base = os.path.basename(path)
+    if base in ("vocab.json", "encoder.json"):
+        merges = at("merges.txt" if base == "vocab.json" else "vocab.bpe")
+        if not os.path.exists(merges):
+            sys.exit(f"gguf_writer: {path}: {os.path.basename(merges)} is missing beside it")
+        return gpt2_files_tokenizer(path, merges), {"bos_token": "<|endoftext|>", "eos_token": "<|endoftext|>",
+                                                    "add_bos_token": False}
     with open(path, encoding="utf-8") as f:
         tok = json.load(f)
     config = {}
-    config_path = os.path.join(os.path.dirname(path), "tokenizer_config.json")
-    if os.path.exists(config_path):
-        with open(config_path, encoding="utf-8") as f:
+    if os.path.exists(at("tokenizer_config.json")):
+        with open(at("tokenizer_config.json"), encoding="utf-8") as f:
             config = json.load(f)
+    return tok, config
+
+
+def tokenizer_metadata(path):
+    tok, config = read_tokenizer(path)
     model = tok["model"]
     if model.get("type") != "BPE":
         sys.exit(f"gguf_writer: {path}: model type {model.get('type')!r} (expected BPE)")
@@ -403,7 +443,8 @@ def main():
     ap.add_argument("hf_dir")
     ap.add_argument("out")
     ap.add_argument("--type", choices=sorted(TYPES), default="f32", help="2-D tensor type (1-D tensors stay F32)")
-    ap.add_argument("--tokenizer", help="a tokenizer.json to store as tokenizer.ggml.*")
+    ap.add_argument("--tokenizer", help="a tokenizer.json, GPT-2's vocab.json / encoder.json, or a folder with one, "
+                                        "to store as tokenizer.ggml.*")
     ap.add_argument("--name", help="general.name (default: the folder's name)")
     args = ap.parse_args()
     with open(os.path.join(args.hf_dir, "config.json")) as f:

@@ -12,6 +12,7 @@
 #include "engine/src/import/safetensors.h"
 #include "tests/common/golden.h"
 #include "tests/common/npy.h"
+#include "tests/common/safetensors_writer.h"
 #include "tests/engine/test_format_util.h"
 
 #include <nlohmann/json.hpp>
@@ -50,38 +51,6 @@ json read_json(const std::string& path) {
 void write_text(const std::string& path, const std::string& text) {
   std::ofstream f(path, std::ios::binary | std::ios::trunc);
   f << text;
-}
-
-// One tensor of a safetensors file under construction.
-struct StTensor {
-  std::string name, dtype;
-  std::vector<uint64_t> shape;
-  std::vector<unsigned char> data;
-};
-
-// A safetensors file from a raw header text and `data_bytes` zero bytes of data.
-std::vector<unsigned char> raw_safetensors(const std::string& header, size_t data_bytes) {
-  std::vector<unsigned char> out(8 + header.size() + data_bytes, 0);
-  const uint64_t n = header.size();
-  std::memcpy(out.data(), &n, 8);
-  std::memcpy(out.data() + 8, header.data(), header.size());
-  return out;
-}
-
-// A safetensors file with these tensors packed in order (offsets computed), as the Python writer lays it out.
-std::vector<unsigned char> make_safetensors(const std::vector<StTensor>& tensors) {
-  json header = json::object();
-  header["__metadata__"] = {{"format", "pt"}};
-  uint64_t offset = 0;
-  for (const auto& t : tensors) {
-    header[t.name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {offset, offset + t.data.size()}}};
-    offset += t.data.size();
-  }
-  std::string text = header.dump();
-  while (text.size() % 8) text += ' ';
-  std::vector<unsigned char> out = raw_safetensors(text, 0);
-  for (const auto& t : tensors) out.insert(out.end(), t.data.begin(), t.data.end());
-  return out;
 }
 
 // The tensors of a safetensors file, in file order, with their bytes.
