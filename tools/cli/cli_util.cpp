@@ -79,9 +79,13 @@ std::string token_text(const Model& model, uint32_t id) {
   if (id == c.eos_id && (!t || t->kind_name() == std::string_view("bytes"))) return "<eos>";
   if (!t || id >= t->vocab_size()) return "#" + std::to_string(id);
   if (t->is_special(id) && !t->piece(id).empty()) return std::string(t->piece(id));
-  std::string out = "'";
-  for (unsigned char ch : t->token_bytes(id)) {
-    if (ch >= 32 && ch < 127 && ch != '\\') {
+  return "'" + escaped_bytes(t->token_bytes(id)) + "'";
+}
+
+std::string escaped_bytes(std::string_view bytes, bool keep_utf8) {
+  std::string out;
+  for (unsigned char ch : bytes) {
+    if ((ch >= 32 && ch < 127 && ch != '\\') || (keep_utf8 && ch >= 0x80)) {
       out.push_back(static_cast<char>(ch));
     } else {
       char buf[8];
@@ -89,7 +93,7 @@ std::string token_text(const Model& model, uint32_t id) {
       out += buf;
     }
   }
-  return out + "'";
+  return out;
 }
 
 void write_npy(const std::string& path, const float* data, const std::vector<size_t>& shape) {

@@ -42,6 +42,8 @@ std::vector<uint32_t> parse_token_list(const std::string& text, const std::strin
 // How a token prints: quoted text with non-printable bytes escaped ('\x0a'; the byte tokenizer's bytes, a BPE
 // token's bytes), "<bos>"/"<eos>" or a special token's own name, else "#id" (no tokenizer).
 std::string token_text(const Model& model, uint32_t id);
+// Bytes as printable text: printable ASCII (and, with keep_utf8, bytes >= 0x80) as they are, others as \xNN.
+std::string escaped_bytes(std::string_view bytes, bool keep_utf8 = false);
 
 // Writes a float32 array of the given shape as a NumPy .npy file (version 1.0, little-endian, C order).
 void write_npy(const std::string& path, const float* data, const std::vector<size_t>& shape);

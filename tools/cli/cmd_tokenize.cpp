@@ -35,17 +35,7 @@ std::shared_ptr<const Tokenizer> open_tokenizer(const std::string& path) {
 // A piece as readable text: the token's bytes with control and non-UTF-8 bytes escaped.
 std::string shown(const Tokenizer& t, uint32_t id) {
   if (t.is_special(id) && !t.piece(id).empty()) return std::string(t.piece(id));
-  std::string out;
-  for (unsigned char ch : t.token_bytes(id)) {
-    if (ch >= 0x20 && ch != 0x7F && ch != '\\') {
-      out.push_back(static_cast<char>(ch));
-    } else {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\x%02x", ch);
-      out += buf;
-    }
-  }
-  return out;
+  return escaped_bytes(t.token_bytes(id), /*keep_utf8=*/true);
 }
 
 void run(const TokenizeArgs& a) {

@@ -4,6 +4,8 @@
 #include <sqrtdk/chat.h>
 #include <sqrtdk/tokenizer.h>
 
+#include "engine/src/tokenizer/text.h"
+
 #include <algorithm>
 #include <cstring>
 #include <string>
@@ -32,22 +34,7 @@ constexpr uint64_t kMaxRegexBytes = 4096;
 constexpr uint64_t kMaxTemplateBytes = 65536;
 constexpr uint32_t kLastChatTemplate = static_cast<uint32_t>(ChatTemplateKind::zephyr);
 
-bool valid_utf8(std::string_view s) {
-  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
-  size_t i = 0, n = s.size();
-  while (i < n) {
-    const unsigned char b = p[i];
-    int len = b < 0x80 ? 1 : b >= 0xC2 && b <= 0xDF ? 2 : b >= 0xE0 && b <= 0xEF ? 3 : b >= 0xF0 && b <= 0xF4 ? 4 : 0;
-    if (len == 0 || i + len > n) return false;
-    for (int k = 1; k < len; ++k)
-      if ((p[i + k] & 0xC0) != 0x80) return false;
-    if ((b == 0xE0 && p[i + 1] < 0xA0) || (b == 0xED && p[i + 1] > 0x9F) || (b == 0xF0 && p[i + 1] < 0x90) ||
-        (b == 0xF4 && p[i + 1] > 0x8F))
-      return false;
-    i += len;
-  }
-  return true;
-}
+using tok::is_valid_utf8;
 
 std::string show(std::string_view s) {  // a piece for an error message: printable ASCII, cut when long
   std::string out;
@@ -83,7 +70,7 @@ void TokenizerSpec::validate(const std::string& where) const {
     if (a.content.empty() || a.content.size() > kMaxPieceBytes)
       fail(at + ": content of " + std::to_string(a.content.size()) + " bytes (expected 1.." +
            std::to_string(kMaxPieceBytes) + ")");
-    if (!valid_utf8(a.content)) fail(at + ": content " + show(a.content) + " is not valid UTF-8");
+    if (!is_valid_utf8(a.content)) fail(at + ": content " + show(a.content) + " is not valid UTF-8");
     n_ids = std::max<uint64_t>(n_ids, uint64_t{a.id} + 1);
   }
   auto is_added = [&](uint32_t id) {
@@ -104,7 +91,7 @@ void TokenizerSpec::validate(const std::string& where) const {
     if (p.size() > kMaxPieceBytes)
       fail("piece " + std::to_string(id) + " has " + std::to_string(p.size()) + " bytes (expected at most " +
            std::to_string(kMaxPieceBytes) + ")");
-    if (!valid_utf8(p)) fail("piece " + std::to_string(id) + " " + show(p) + " is not valid UTF-8");
+    if (!is_valid_utf8(p)) fail("piece " + std::to_string(id) + " " + show(p) + " is not valid UTF-8");
     if (!index.emplace(p, id).second)
       fail("piece " + std::to_string(id) + " " + show(p) + " repeats piece " + std::to_string(index[p]));
   }
@@ -123,7 +110,7 @@ void TokenizerSpec::validate(const std::string& where) const {
   if (split_regex.size() > kMaxRegexBytes)
     fail("split regex of " + std::to_string(split_regex.size()) + " bytes (expected at most " +
          std::to_string(kMaxRegexBytes) + ")");
-  if (!valid_utf8(split_regex)) fail("split regex is not valid UTF-8");
+  if (!is_valid_utf8(split_regex)) fail("split regex is not valid UTF-8");
   if (style == TokenizerStyle::sentencepiece_bpe && !split_regex.empty())
     fail("a split regex with the sentencepiece style (it splits on nothing)");
   if (style == TokenizerStyle::byte_level_bpe && byte_fallback)
@@ -145,7 +132,7 @@ void TokenizerSpec::validate(const std::string& where) const {
     fail("chat template of " + std::to_string(chat_template_jinja.size()) + " bytes (expected at most " +
          std::to_string(kMaxTemplateBytes) + ")");
   if (!chat_template_jinja.empty()) {
-    if (!valid_utf8(chat_template_jinja)) fail("the chat template is not valid UTF-8");
+    if (!is_valid_utf8(chat_template_jinja)) fail("the chat template is not valid UTF-8");
     const ChatTemplateKind detected = detect_chat_template(chat_template_jinja);
     if (detected != chat_template)
       fail(std::string("chat template kind ") + chat_template_name(chat_template) + " but its Jinja text is " +
