@@ -259,8 +259,10 @@ Builder fixture_builder(const std::string& name) {
 TEST_CASE("gguf: F32 fixtures convert to the same .sqdk bytes as the safetensors, so the same logits") {
   // llama_gqa (GQA: k is permuted with 2 heads, q with 8; tied), llama_mha (untied: output.weight), gpt2 (Conv1D
   // weights stored transposed, biases, position_embd). llama_mha's HF weights are f16, so its F16 GGUF is lossless too.
-  for (const auto& [gguf, golden] : std::vector<std::pair<std::string, std::string>>{
+  for (const auto& pair : std::vector<std::pair<std::string, std::string>>{
            {"llama_gqa-f32.gguf", "llama_gqa"}, {"gpt2-f32.gguf", "gpt2"}, {"llama_mha-f16.gguf", "llama_mha"}}) {
+    const std::string& gguf = pair.first;  // (not a structured binding: clang 14 cannot capture those in CAPTURE)
+    const std::string& golden = pair.second;
     CAPTURE(gguf);
     TempDir dir;
     ConvertOptions f32;

@@ -105,7 +105,9 @@ size_t write_hf_folder(const TextFixture& f, const fs::path& dir) {
   const uint64_t seed = w["seed"].get<uint64_t>();
   std::vector<StTensor> tensors;
   size_t n_matrices = 0;
-  for (const auto& [name, r] : w["tensors"].items()) {
+  for (const auto& item : w["tensors"].items()) {
+    const std::string name = item.key();  // (not a structured binding: clang 14 cannot capture those in CAPTURE)
+    const auto& r = item.value();
     CAPTURE(name);
     const auto shape = r["shape"].get<std::vector<uint64_t>>();
     uint64_t n = 1;
