@@ -308,6 +308,18 @@ TEST_CASE("format tokenizer section: the writer refuses a spec that does not fit
   CHECK_FALSE(std::filesystem::exists(path));
 }
 
+TEST_CASE("tokenizer with ids between the vocabulary and the added tokens: they stand for nothing") {
+  // small_spec has 7 pieces and added tokens 256 and 257: ids 7..255 are neither (the fuzz corpus's tokenizer seed
+  // found Tokenizer::create reading past the vocabulary for them).
+  const auto t = Tokenizer::create(small_spec());
+  CHECK(t->vocab_size() == 258);
+  CHECK(t->piece(100).empty());
+  CHECK(t->token_bytes(100).empty());
+  const std::vector<uint32_t> ids = {3, 100, 256};
+  CHECK(t->decode(ids, /*skip_special=*/false) == "ab<s>");
+  CHECK(t->decode(ids, /*skip_special=*/true) == "ab");
+}
+
 TEST_CASE("sentencepiece merges: ranked by the merged piece's score, ties by the pieces' ids") {
   // pieces: a b c ab bc abc; scores favour "bc" over "ab", so "b c" merges before "a b".
   const std::vector<std::string> pieces = {"a", "b", "c", "ab", "bc", "abc", "▁", "▁a"};

@@ -186,7 +186,8 @@ class BpeTokenizer final : public TokenizerImpl {
 
   std::string_view piece(uint32_t id) const override {
     if (added_content_[id]) return *added_content_[id];
-    return spec_.vocab[id];
+    // Ids between the vocabulary and the added tokens that are neither (a gap) stand for nothing, as in HF.
+    return id < spec_.vocab.size() ? std::string_view(spec_.vocab[id]) : std::string_view();
   }
   uint32_t vocab_size() const override { return n_ids_; }
   bool is_special(uint32_t id) const override { return special_[id]; }
