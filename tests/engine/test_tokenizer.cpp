@@ -33,7 +33,11 @@ nlohmann::json load_expected(const std::string& name) {
 TokenizerSpec load_spec(const std::string& name) {
   const std::string d = kDir + name + "/";
   if (name == "gpt2") return tokenizer_spec_from_gpt2_files(d + "encoder.json", d + "vocab.bpe");
-  return tokenizer_spec_from_json(d + "tokenizer.json", d + "tokenizer_config.json");
+  // llama3's and qwen3's tokenizer.json are committed packed and unpacked by the build (tests/CMakeLists.txt).
+  const std::string json = name == "llama3" || name == "qwen3"
+                               ? std::string(SQRTDK_UNPACKED_DATA_DIR) + "/tokenizers/" + name + "/tokenizer.json"
+                               : d + "tokenizer.json";
+  return tokenizer_spec_from_json(json, d + "tokenizer_config.json");
 }
 
 // One tokenizer per vocabulary for the whole run (reading Qwen3's 11 MB tokenizer.json takes a while).

