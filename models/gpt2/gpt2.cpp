@@ -25,11 +25,13 @@ void gpt2_forward(ForwardState& s, const uint32_t* tokens, size_t n, size_t pos0
   float* xb = s.xb.data();
 
   run_op(s, "embedding", -1, n, 1.0 * n * d, 3.0 * n * d * sizeof(float), [&] {
-    for (size_t t = 0; t < n; ++t) {
-      const float* te = m.tok_emb + size_t{tokens[t]} * d;
-      const float* pe = m.pos_emb.data() + (pos0 + t) * d;
-      for (size_t i = 0; i < d; ++i) x[t * d + i] = te[i] + pe[i];
-    }
+    for_each_sequence(s, n, pos0, [&](const SequenceRows& seq) {
+      for (size_t t = seq.row0; t < seq.row0 + seq.n; ++t) {
+        const float* te = m.tok_emb + size_t{tokens[t]} * d;
+        const float* pe = m.pos_emb.data() + (seq.pos0 + t - seq.row0) * d;
+        for (size_t i = 0; i < d; ++i) x[t * d + i] = te[i] + pe[i];
+      }
+    });
   });
 
   for (size_t l = 0; l < c.n_layers; ++l) {

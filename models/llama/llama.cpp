@@ -38,12 +38,8 @@ void llama_forward(ForwardState& s, const uint32_t* tokens, size_t n, size_t pos
       ops::rms_norm(isa, x, n, d, d, w.attn_norm_weight.data(), c.norm_eps, xb, d, s.n_threads);
     });
     run_linear(s, "attn_qkv", layer, w.attn_qkv, xb, n, d, s.qkv.data(), qkv_w, {});
-    run_op(s, "rope", layer, n, 6.0 * n * (c.n_heads + c.n_kv_heads) * hd,
-           2.0 * n * (c.n_heads + c.n_kv_heads) * hd * sizeof(float), [&] {
-             const auto layout = c.rope_interleaved ? ops::RopeLayout::interleaved : ops::RopeLayout::rotate_half;
-             // q heads then k heads are adjacent in a qkv row: rotate them in one call.
-             ops::rope(isa, *s.rope, layout, s.qkv.data(), n, qkv_w, c.n_heads + c.n_kv_heads, hd, pos0);
-           });
+    // q heads then k heads are adjacent in a qkv row: rotate them in one call.
+    run_rope(s, layer, s.qkv.data(), n, qkv_w, c.n_heads + c.n_kv_heads, pos0);
     run_attention(s, layer, n, pos0);
     ops::GemmEpilogue residual;
     residual.residual = x;

@@ -16,21 +16,28 @@ void run_linear(ForwardState& s, const char* op, int layer, const Linear& w, con
   // Bytes: weights once, input rows, output rows (read too when a residual is added).
   const double bytes = (N * K + n * K + n * N * (epilogue.residual ? 2 : 1)) * sizeof(float);
   run_op(s, op, layer, n, 2.0 * n * N * K, bytes,
-         [&] { ops::gemm(x, n, ldx, w.weights, y, ldy, epilogue, s.n_threads); });
+         [&] { ops::gemm(x, n, ldx, w.weights, y, ldy, epilogue, s.n_threads, s.row_order); });
 }
 
-void run_attention(ForwardState& s, int layer, size_t n, size_t pos0) {
+namespace {
+
+// One sequence's KV store and attention: rows [rows.row0, + rows.n) of s.qkv at positions rows.pos0 ...
+void sequence_attention(ForwardState& s, int layer, const SequenceRows& rows) {
   const ModelConfig& c = s.m->config;
   const size_t hd = c.head_dim, qkv_w = s.m->qkv_width();
   const size_t k_col = c.n_heads * hd, v_col = k_col + c.n_kv_heads * hd;
-  const size_t n_keys = pos0 + n;
+  const size_t n = rows.n, pos0 = rows.pos0, n_keys = pos0 + n;
+  const float* qkv = s.qkv.data() + rows.row0 * qkv_w;
+  auto cache_at = [&](float* cache, size_t h) {
+    return cache + (static_cast<size_t>(layer) * c.n_kv_heads + h) * rows.cache_stride * hd;
+  };
 
   run_op(s, "kv_store", layer, n, 0, 4.0 * n * c.n_kv_heads * hd * sizeof(float), [&] {
     for (size_t h = 0; h < c.n_kv_heads; ++h) {
-      float* kc = s.k_cache.data() + s.cache_offset(layer, h);
-      float* vc = s.v_cache.data() + s.cache_offset(layer, h);
+      float* kc = cache_at(rows.k_cache, h);
+      float* vc = cache_at(rows.v_cache, h);
       for (size_t t = 0; t < n; ++t) {
-        const float* row = s.qkv.data() + t * qkv_w;
+        const float* row = qkv + t * qkv_w;
         std::memcpy(kc + (pos0 + t) * hd, row + k_col + h * hd, hd * sizeof(float));
         std::memcpy(vc + (pos0 + t) * hd, row + v_col + h * hd, hd * sizeof(float));
       }
@@ -45,12 +52,12 @@ void run_attention(ForwardState& s, int layer, size_t n, size_t pos0) {
   p.pos0 = pos0;
   p.causal = true;
   p.scale = c.attention_scale_or_default();
-  p.q = s.qkv.data();
+  p.q = qkv;
   p.ldq = qkv_w;
-  p.k_cache = s.k_cache.data() + s.cache_offset(layer, 0);
-  p.v_cache = s.v_cache.data() + s.cache_offset(layer, 0);
-  p.cache_stride = s.max_context;
-  p.out = s.att.data();
+  p.k_cache = cache_at(rows.k_cache, 0);
+  p.v_cache = cache_at(rows.v_cache, 0);
+  p.cache_stride = rows.cache_stride;
+  p.out = s.att.data() + rows.row0 * c.n_heads * hd;
   p.ldo = c.n_heads * hd;
   const bool capture = layer == s.capture_layer;
   if (capture) {
@@ -74,6 +81,23 @@ void run_attention(ForwardState& s, int layer, size_t n, size_t pos0) {
   }
   run_op(s, "attention", layer, n, flops, bytes,
          [&] { ops::attention(s.m->isa, p, s.attention_ws, s.n_threads); }, n_keys);
+}
+
+}  // namespace
+
+void run_attention(ForwardState& s, int layer, size_t n, size_t pos0) {
+  for_each_sequence(s, n, pos0, [&](const SequenceRows& rows) { sequence_attention(s, layer, rows); });
+}
+
+void run_rope(ForwardState& s, int layer, float* rows, size_t n, size_t ld, size_t n_heads, size_t pos0) {
+  const ModelConfig& c = s.m->config;
+  const size_t hd = c.head_dim;
+  run_op(s, "rope", layer, n, 6.0 * n * n_heads * hd, 2.0 * n * n_heads * hd * sizeof(float), [&] {
+    const auto layout = c.rope_interleaved ? ops::RopeLayout::interleaved : ops::RopeLayout::rotate_half;
+    for_each_sequence(s, n, pos0, [&](const SequenceRows& seq) {
+      ops::rope(s.m->isa, *s.rope, layout, rows + seq.row0 * ld, seq.n, ld, n_heads, hd, seq.pos0);
+    });
+  });
 }
 
 void run_lm_head(ForwardState& s, size_t first_row, size_t n) {

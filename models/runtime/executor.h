@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <span>
 #include <vector>
 
 namespace sqrtdk {
@@ -24,6 +25,16 @@ namespace sqrtdk {
 struct ScratchWidths {
   size_t hidden = 0;  // hb: feed-forward hidden
   size_t gate = 0;    // hb2: gate activations (0 if the family has no gated feed-forward)
+};
+
+// Continuous batching (engine/include/sqrtdk/batch.h): a chunk's rows may belong to several sequences, each with
+// its own KV cache. Rows [row0, row0 + n) of the chunk are one sequence's tokens at positions pos0 .. pos0 + n - 1;
+// its cache is [n_layers][n_kv_heads][cache_stride][head_dim] for K and for V.
+struct SequenceRows {
+  float* k_cache = nullptr;
+  float* v_cache = nullptr;
+  size_t cache_stride = 0;  // positions the sequence's cache holds per (layer, kv head)
+  size_t row0 = 0, n = 0, pos0 = 0;
 };
 
 // The run state of one sequence (llama2.c's RunState): KV cache, activations and the per-call knobs. Owned by a
@@ -50,6 +61,13 @@ struct ForwardState {
   // which a file may set to 2^24).
   std::optional<ops::RopeTable> rope;
   ops::AttentionWorkspace attention_ws;
+
+  // Empty: every row of a chunk is this state's one sequence (a Session), its cache k_cache/v_cache. Otherwise the
+  // chunk's rows are these sequences' (a batch step; k_cache/v_cache unused); families reach positions and caches
+  // only through run_rope, run_attention and for_each_sequence, which handle both.
+  std::span<const SequenceRows> sequences;
+  // Batches compute every row in one K order whatever the rows beside it (ops::RowOrder::invariant).
+  ops::RowOrder row_order = ops::RowOrder::fastest;
 
   OpObserver observer;
   unsigned verbose_paths_printed = 0;  // SQRTDK_VERBOSE: bit per attention path already reported by this state
@@ -92,9 +110,23 @@ inline void run_op(ForwardState& s, const char* op, int layer, size_t n_tokens, 
 void run_linear(ForwardState& s, const char* op, int layer, const Linear& w, const float* x, size_t n, size_t ldx,
                 float* y, size_t ldy, const ops::GemmEpilogue& epilogue);
 
+// Calls fn(rows) for each sequence of the chunk's n rows (one, this state's own, when s.sequences is empty: rows
+// [0, n) at pos0 in s.k_cache / s.v_cache).
+template <typename Fn>
+inline void for_each_sequence(ForwardState& s, size_t n, size_t pos0, Fn&& fn) {
+  if (s.sequences.empty()) {
+    fn(SequenceRows{s.k_cache.data(), s.v_cache.data(), s.max_context, 0, n, pos0});
+    return;
+  }
+  for (const SequenceRows& rows : s.sequences) fn(rows);
+}
+
 // Copies the k and v columns of qkv rows [n] into layer's cache at positions pos0 .. pos0 + n - 1, then runs
-// attention for the q columns; output to s.att.
+// attention for the q columns; output to s.att. Per sequence in a batch step.
 void run_attention(ForwardState& s, int layer, size_t n, size_t pos0);
+
+// Rotates the first n_heads heads (of head_dim) of each of the n rows of `rows` (row stride ld) by their positions.
+void run_rope(ForwardState& s, int layer, float* rows, size_t n, size_t ld, size_t n_heads, size_t pos0);
 
 // The final norm has been applied to rows [first_row, n) of s.xb; computes their logits into s.logits.
 void run_lm_head(ForwardState& s, size_t first_row, size_t n);

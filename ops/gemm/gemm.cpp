@@ -248,7 +248,7 @@ PackedWeights PackedWeights::pack(const float* weights, size_t N, size_t K, size
 // gemm
 
 void gemm(const float* src, size_t M, size_t lda, const PackedWeights& weights, float* dst, size_t ldc,
-          const GemmEpilogue& epilogue, int n_threads) {
+          const GemmEpilogue& epilogue, int n_threads, RowOrder row_order) {
   const size_t N = weights.N(), K = weights.K();
   auto where = [&] {
     return "gemm(src " + dims(M, K) + " lda " + std::to_string(lda) + ", weights " + dims(N, K) + " (" +
@@ -280,6 +280,7 @@ void gemm(const float* src, size_t M, size_t lda, const PackedWeights& weights, 
   const GemmKernels& kern = kernels_for(p.isa);
   GemmCall call{src, lda, M, N, K, p.data.data(), dst, ldc, 1.0f, epilogue.bias, epilogue.activation,
                 epilogue.multiply, epilogue.ld_multiply, epilogue.residual, epilogue.ld_residual, 0, 0, 0, 0};
+  call.row_invariant = row_order == RowOrder::invariant;
   run_blocked(kern, call, n_threads);
 }
 

@@ -79,12 +79,20 @@ class PackedWeights {
   std::unique_ptr<Impl> impl_;
 };
 
+// How a row's K sum may depend on the rows beside it.
+//   fastest:   M = 1 takes the decode kernel, whose split accumulators add in a different order than the blocked
+//              kernel's single chain, so one row alone and the same row in a batch may differ in the last bits.
+//   invariant: every row is one FMA chain k = 0..K-1 whatever M (partial sums of K slices go through dst and back
+//              exactly), so a row's bits do not depend on M or on its neighbours: continuous batching uses this so a
+//              sequence's tokens are the same alone or beside others. Costs nothing for M > 1.
+enum class RowOrder : uint8_t { fastest, invariant };
+
 // dst[M, N] (row stride ldc) = epilogue(src[M, K] (row stride lda) · weightsᵀ). n_threads 0 = default.
 // Thread-safe: many threads may call gemm() on the same const PackedWeights at once.
 // Throws sqrtdk::Error on bad arguments (null pointers, strides below widths, src or bias overlapping dst, multiply
 // or residual sharing elements with dst other than by being dst itself: see "Aliasing" above).
 void gemm(const float* src, size_t M, size_t lda, const PackedWeights& weights, float* dst, size_t ldc,
-          const GemmEpilogue& epilogue = {}, int n_threads = 0);
+          const GemmEpilogue& epilogue = {}, int n_threads = 0, RowOrder row_order = RowOrder::fastest);
 
 // The spec: double accumulation over unpacked weights [N, K].
 void gemm_ref(const float* src, size_t M, size_t lda, const float* weights, size_t N, size_t K, size_t ld_weights,

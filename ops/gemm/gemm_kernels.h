@@ -38,6 +38,7 @@ struct GemmCall {
   // Origins of multiply/residual when they were copied out of dst's way: element (m, n) is at
   // [(m - origin_m)·ld + (n - origin_n)]. Zero otherwise.
   size_t multiply_m0, multiply_n0, residual_m0, residual_n0;
+  bool row_invariant = false;  // RowOrder::invariant: M = 1 takes the blocked kernel too (gemm.h)
 };
 
 // The K slice the blocked path uses for this M: the whole K when one row block covers M (small M streams

@@ -229,7 +229,7 @@ void gemm_region(const BlockSizes& bs, const GemmCall& call, size_t m0, size_t m
   constexpr size_t NR = NV * Vec<Arch>::size;
   assert(bs.mr == static_cast<size_t>(MR) && bs.nr == NR && n0 % NR == 0 && m0 % MR == 0);
   const size_t K = call.K;
-  if (call.M == 1) {
+  if (call.M == 1 && !call.row_invariant) {
     for (size_t jr = n0; jr < n1; jr += NR)
       gemm_decode_panel<Arch, NV, DecodeU>(K, call.src, call.panels + jr * K, call.dst + jr, std::min(NR, n1 - jr),
                                            call, jr);

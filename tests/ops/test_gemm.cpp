@@ -357,6 +357,59 @@ TEST_CASE("gemm: results are bit-identical for 1, 2, 3 and 4 threads") {
     }
 }
 
+TEST_CASE("gemm: RowOrder::invariant gives each row the same bits whatever M and the rows beside it") {
+  // Continuous batching's guarantee (engine/include/sqrtdk/batch.h): a row computed alone (M = 1), in a small batch
+  // (M ≤ 16: column items) and in a large one (M > 16: row blocks, K slices through dst) is bit-identical. K values
+  // cover one K slice and several (K > kc), with the fused epilogue on the last slice.
+  for (const auto& kernel : runnable_kernels(gemm_detail::gemm_kernels()))
+    for (const auto& shape : {std::pair<size_t, size_t>{200, 64}, {333, 300}, {70, 1100}}) {
+      const size_t N = shape.first, K = shape.second;
+      CAPTURE(std::string(kernel.name));
+      CAPTURE(N);
+      CAPTURE(K);
+      const size_t max_m = 150;
+      const auto src = random_vector(max_m * K, 70);
+      const auto w = random_vector(N * K, 71);
+      const auto bias = random_vector(N, 72);
+      const auto residual = random_vector(max_m * N, 73);
+      const PackedWeights packed = PackedWeights::pack(w.data(), N, K, K, kernel.isa);
+      GemmEpilogue e;
+      e.bias = bias.data();
+      e.activation = Activation::silu;
+      // Every row alone, in place over its residual row (as the residual stream is updated).
+      std::vector<float> alone = residual;
+      for (size_t m = 0; m < max_m; ++m) {
+        GemmEpilogue row = e;
+        row.residual = alone.data() + m * N;
+        row.ld_residual = N;
+        gemm(src.data() + m * K, 1, K, packed, alone.data() + m * N, N, row, 2, RowOrder::invariant);
+      }
+      for (size_t M : {size_t{2}, size_t{7}, size_t{16}, size_t{17}, size_t{64}, max_m}) {
+        CAPTURE(M);
+        std::vector<float> batch = residual;
+        GemmEpilogue in_place = e;
+        in_place.residual = batch.data();
+        in_place.ld_residual = N;
+        gemm(src.data(), M, K, packed, batch.data(), N, in_place, 2, RowOrder::invariant);
+        CHECK(std::memcmp(alone.data(), batch.data(), M * N * sizeof(float)) == 0);
+      }
+      // The control: RowOrder::fastest takes the decode kernel at M = 1, whose split accumulators add in another
+      // order, so on the SIMD ISAs some row alone differs from the same row in a batch (why batches need invariant).
+      if (kernel.isa != Isa::ref) {
+        std::vector<float> fast = residual;
+        size_t differing = 0;
+        for (size_t m = 0; m < max_m; ++m) {
+          GemmEpilogue row = e;
+          row.residual = fast.data() + m * N;
+          row.ld_residual = N;
+          gemm(src.data() + m * K, 1, K, packed, fast.data() + m * N, N, row, 2, RowOrder::fastest);
+          differing += std::memcmp(fast.data() + m * N, alone.data() + m * N, N * sizeof(float)) != 0;
+        }
+        CHECK(differing > 0);
+      }
+    }
+}
+
 TEST_CASE("gemm_unpacked: both B layouts, every ISA, 1 vs 2, 3 and 4 threads bitwise") {
   GemmWorkspace ws;
   for (const auto& kernel : runnable_kernels(gemm_detail::gemm_kernels()))

@@ -3,6 +3,8 @@
 #include <sqrtdk/generate.h>
 #include <sqrtdk/tokenizer.h>
 
+#include "engine/src/runtime/generation.h"
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -116,119 +118,21 @@ const char* stop_reason_name(StopReason reason) {
   return "unknown";
 }
 
-namespace {
-
-// The generated text as it grows: final UTF-8 from a TokenStreamer, with stop strings found across token
-// boundaries and the tail that may still begin one held back from the caller.
-class TextStopper {
- public:
-  TextStopper(const Tokenizer& tokenizer, const std::vector<std::string>& stops)
-      : streamer_(tokenizer, /*skip_special=*/true), stops_(stops) {
-    for (const auto& s : stops_) {
-      if (s.empty()) throw Error("generate: empty stop string");
-      longest_ = std::max(longest_, s.size());
-    }
-  }
-  // Adds a token's text; true when a stop string was reached (text() is then cut before it).
-  bool push(uint32_t id) { return add(streamer_.push(id)); }
-  bool finish() { return add(streamer_.finish()); }
-  // Text that is final and not yet handed out (all of it after finish() or a stop).
-  std::string_view take(bool all) {
-    size_t end = text_.size();
-    if (!all && !stopped_) end -= held_back();
-    const std::string_view out = std::string_view(text_).substr(given_, end - given_);
-    given_ = end;
-    return out;
-  }
-  std::string& text() { return text_; }
-
- private:
-  bool add(const std::string& piece) {
-    if (stopped_ || piece.empty()) return stopped_;
-    const size_t from = text_.size() > longest_ ? text_.size() - longest_ + 1 : 0;
-    text_ += piece;
-    size_t cut = std::string::npos;
-    for (const auto& s : stops_) cut = std::min(cut, text_.find(s, from));
-    if (cut != std::string::npos) {
-      text_.resize(std::max(cut, given_));
-      stopped_ = true;
-    }
-    return stopped_;
-  }
-  // Length of the longest tail of text_ that is a proper prefix of a stop string.
-  size_t held_back() const {
-    size_t best = 0;
-    for (const auto& s : stops_)
-      for (size_t n = std::min(s.size() - 1, text_.size() - given_); n > best; --n)
-        if (text_.compare(text_.size() - n, n, s, 0, n) == 0) {
-          best = n;
-          break;
-        }
-    return best;
-  }
-
-  TokenStreamer streamer_;
-  const std::vector<std::string>& stops_;
-  size_t longest_ = 0;
-  std::string text_;
-  size_t given_ = 0;
-  bool stopped_ = false;
-};
-
-}  // namespace
-
 GenerateResult generate(Session& session, std::span<const uint32_t> prompt, const GenerateOptions& options) {
-  Sampler sampler(options.sampling);
-  const Model& model = session.model();
-  const Tokenizer* tokenizer = model.tokenizer();
-  if (!tokenizer && (!options.stop_strings.empty() || options.on_text))
-    throw Error(model.path() + ": stop strings and streamed text need a tokenizer, and this model has none");
-  std::vector<uint32_t> ends;
-  if (options.stop_at_eos) {
-    if (tokenizer) ends = tokenizer->stop_ids();
-    else if (model.config().eos_id != kNoToken) ends.push_back(model.config().eos_id);
-  }
-  std::optional<TextStopper> text;
-  if (tokenizer) text.emplace(*tokenizer, options.stop_strings);
-
+  Generation gen(session.model(), options);
   GenerateResult result;
-  auto contains = [](const std::vector<uint32_t>& v, uint32_t t) { return std::find(v.begin(), v.end(), t) != v.end(); };
-  auto give_text = [&](bool all) { return !options.on_text || options.on_text(text->take(all)); };
   if (options.max_new_tokens == 0) return result;
   std::span<const float> logits = session.prefill(prompt);
   bool done = false;
   while (!done) {
-    const uint32_t token = sampler.sample(logits);
-    result.tokens.push_back(token);
-    if (options.on_token && !options.on_token(token)) {
-      result.stop_reason = StopReason::callback;
-      done = true;
-    } else if (text && text->push(token)) {
-      result.stop_reason = StopReason::stop_string;
-      done = true;
-    } else if (contains(ends, token)) {
-      result.stop_reason = StopReason::eos;
-      done = true;
-    } else if (contains(options.stop_tokens, token)) {
-      result.stop_reason = StopReason::stop_token;
-      done = true;
-    } else if (result.tokens.size() == options.max_new_tokens) {
-      result.stop_reason = StopReason::max_tokens;
-      done = true;
-    } else if (session.n_past() >= session.max_context()) {
-      result.stop_reason = StopReason::context_full;
-      done = true;
-    }
-    if (text && done && result.stop_reason != StopReason::stop_string && text->finish())
-      result.stop_reason = StopReason::stop_string;  // the last bytes completed a stop string
-    if (text && !give_text(done)) {
-      result.stop_reason = StopReason::callback;
+    done = gen.next(logits, session.n_past() >= session.max_context(), options.on_token);
+    if (gen.has_text() && options.on_text && !options.on_text(gen.take_text(done))) {
+      gen.result().stop_reason = StopReason::callback;
       break;
     }
-    if (!done) logits = session.decode(token);
+    if (!done) logits = session.decode(gen.last_token());
   }
-  if (text) result.text = std::move(text->text());
-  return result;
+  return gen.finish();
 }
 
 std::vector<uint32_t> byte_encode(std::string_view text, uint32_t bos_id) {

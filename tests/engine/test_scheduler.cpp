@@ -1,0 +1,289 @@
+// Scheduler (continuous batching): a generation's tokens and log-probabilities are bit-identical alone, beside
+// others and after a prefix-cache hit; KV admission, queue limits, cancels and shutdown; the events' contract.
+#include <doctest/doctest.h>
+
+#include <sqrtdk/batch.h>
+#include <sqrtdk/error.h>
+#include <sqrtdk/model.h>
+#include <sqrtdk/scheduler.h>
+
+#include "tests/common/toy_model.h"
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
+#include <map>
+#include <thread>
+#include <vector>
+
+using namespace sqrtdk;
+
+namespace {
+
+std::shared_ptr<const Model> toy_model() {
+  ModelConfig c = test::toy_llama_config();
+  c.max_seq = 160;
+  test::TempDir dir;
+  const std::string path = dir.file("toy.sqdk");
+  test::write_toy_model(path, c, 21);
+  return Model::load(path);
+}
+
+std::vector<uint32_t> prompt_of(size_t n, uint32_t seed, uint32_t n_vocab = 67) {
+  std::vector<uint32_t> t(n);
+  for (size_t i = 0; i < n; ++i) t[i] = static_cast<uint32_t>((i * 29 + seed * 13 + 3) % n_vocab);
+  return t;
+}
+
+// What one request produced, gathered from its events.
+struct Outcome {
+  std::vector<uint32_t> tokens;
+  std::vector<float> logprobs;
+  std::string text;
+  ScheduledResult result;
+  bool done = false;
+  int events_after_last = 0;
+};
+
+// Collects outcomes; wait() blocks until all `expected` are done.
+class Collector {
+ public:
+  explicit Collector(size_t expected) : outcomes_(expected) {}
+  Scheduler::Callbacks callbacks(size_t i) {
+    Scheduler::Callbacks cb;
+    cb.on_token = [this, i](const TokenEvent& e) {
+      std::lock_guard lk(m_);
+      Outcome& o = outcomes_[i];
+      if (!o.tokens.empty() && last_seen_[i]) ++o.events_after_last;
+      o.tokens.push_back(e.token);
+      o.logprobs.push_back(e.logprob);
+      o.text += e.text;
+      last_seen_[i] = e.last;
+      return true;
+    };
+    cb.on_done = [this, i](ScheduledResult&& r) {
+      std::lock_guard lk(m_);
+      outcomes_[i].result = std::move(r);
+      outcomes_[i].done = true;
+      cv_.notify_all();
+    };
+    return cb;
+  }
+  std::vector<Outcome> wait() {
+    std::unique_lock lk(m_);
+    const bool ok = cv_.wait_for(lk, std::chrono::seconds(120), [&] {
+      for (const Outcome& o : outcomes_)
+        if (!o.done) return false;
+      return true;
+    });
+    REQUIRE(ok);
+    return outcomes_;
+  }
+
+ private:
+  std::mutex m_;
+  std::condition_variable cv_;
+  std::vector<Outcome> outcomes_;
+  std::map<size_t, bool> last_seen_;
+};
+
+ScheduledRequest request(std::vector<uint32_t> prompt, size_t max_new, uint64_t seed) {
+  ScheduledRequest r;
+  r.prompt = std::move(prompt);
+  r.generate.max_new_tokens = max_new;
+  r.generate.sampling = {.temperature = 0.9f, .top_k = 0, .top_p = 1.0f, .seed = seed};
+  r.generate.stop_at_eos = false;
+  r.logprobs = true;
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("scheduler: a generation is bit-identical alone, beside seven others, and after a prefix-cache hit") {
+  const auto model = toy_model();
+  SchedulerOptions o;
+  o.max_running = 8;
+  o.max_step_tokens = 64;
+  o.prefill_chunk = 8;
+  o.n_threads = 2;
+  const ScheduledRequest probe = request(prompt_of(37, 1), 20, 5);
+
+  Outcome alone;
+  {
+    o.prefix_cache_entries = 0;
+    Scheduler s(model, o);
+    Collector c(1);
+    REQUIRE(s.submit(probe, c.callbacks(0)) == Scheduler::Admission::accepted);
+    alone = c.wait()[0];
+    REQUIRE(alone.tokens.size() == 20);
+    CHECK(alone.result.result.tokens == alone.tokens);
+    CHECK(alone.result.result.stop_reason == StopReason::max_tokens);
+    CHECK(alone.events_after_last == 0);
+  }
+  {
+    o.prefix_cache_entries = 8;
+    Scheduler s(model, o);
+    Collector c(8);
+    // Seven others of varied lengths (prefill chunks share steps with the probe's decode tokens and vice versa).
+    for (size_t i = 0; i < 7; ++i)
+      REQUIRE(s.submit(request(prompt_of(3 + 11 * i, 10 + i), 5 + 4 * i, 100 + i), c.callbacks(i)) ==
+              Scheduler::Admission::accepted);
+    REQUIRE(s.submit(probe, c.callbacks(7)) == Scheduler::Admission::accepted);
+    const auto all = c.wait();
+    CHECK(all[7].tokens == alone.tokens);
+    CHECK(std::memcmp(all[7].logprobs.data(), alone.logprobs.data(), alone.logprobs.size() * sizeof(float)) == 0);
+    // Again, now that the probe's first 32 prompt tokens (4 chunks of 8) are in the prefix cache.
+    Collector again(1);
+    ScheduledRequest probe2 = probe;
+    REQUIRE(s.submit(probe2, again.callbacks(0)) == Scheduler::Admission::accepted);
+    const Outcome hit = again.wait()[0];
+    CHECK(hit.result.cached_prompt_tokens == 32);
+    CHECK(hit.tokens == alone.tokens);
+    CHECK(std::memcmp(hit.logprobs.data(), alone.logprobs.data(), alone.logprobs.size() * sizeof(float)) == 0);
+    const SchedulerStats st = s.stats();
+    CHECK(st.prefix_hits >= 1);
+    CHECK(st.prefix_tokens_reused >= 32);
+    CHECK(st.steps > 0);
+    CHECK(st.running == 0);
+    size_t multi = 0;
+    for (size_t b = 1; b < st.step_sequences_histogram.size(); ++b) multi += st.step_sequences_histogram[b];
+    CHECK(multi > 0);  // some steps ran several generations together
+  }
+}
+
+TEST_CASE("scheduler: KV admission queues what does not fit, refuses what never can, and bounds the queue") {
+  const auto model = toy_model();
+  SchedulerOptions o;
+  o.max_running = 4;
+  o.max_step_tokens = 32;
+  o.prefill_chunk = 8;
+  o.prefix_cache_entries = 0;
+  o.max_queue = 3;
+  o.step_delay_ms = 2;
+  {
+    Scheduler probe_sizes(model, o);
+    (void)probe_sizes;
+  }
+  // A budget for two requests of 16 + 16 tokens at a time.
+  Batch sizing(model, {.max_context = 0, .max_rows = 8, .kv_block = 16, .n_threads = 1});
+  o.kv_budget_bytes = 2 * sizing.kv_bytes_for(32);
+  Scheduler s(model, o);
+  std::atomic<int> running{0}, most{0};
+  std::mutex m;
+  std::condition_variable cv;
+  int done = 0;
+  auto callbacks = [&] {
+    Scheduler::Callbacks cb;
+    auto seen = std::make_shared<bool>(false);
+    cb.on_token = [&, seen](const TokenEvent&) {
+      if (!*seen) {
+        *seen = true;
+        const int now = ++running;
+        int prev = most.load();
+        while (now > prev && !most.compare_exchange_weak(prev, now)) {
+        }
+      }
+      return true;
+    };
+    cb.on_done = [&, seen](ScheduledResult&& r) {
+      CHECK(r.error.empty());
+      if (*seen) --running;
+      std::lock_guard lk(m);
+      ++done;
+      cv.notify_all();
+    };
+    return cb;
+  };
+  int accepted = 0, full = 0;
+  for (int i = 0; i < 6; ++i) {
+    const auto a = s.submit(request(prompt_of(16, i), 16, i), callbacks());
+    accepted += a == Scheduler::Admission::accepted;
+    full += a == Scheduler::Admission::queue_full;
+  }
+  CHECK(accepted + full == 6);
+  CHECK(accepted >= 3);  // the queue holds 3; the scheduler may have started some already
+  // Prompt 200 > max_context 160, and one whose KV alone exceeds the budget: refused at once.
+  CHECK(s.submit(request(prompt_of(200, 1), 4, 1), callbacks()) == Scheduler::Admission::too_large);
+  CHECK(s.submit(request(prompt_of(100, 1), 50, 1), callbacks()) == Scheduler::Admission::too_large);
+  std::unique_lock lk(m);
+  REQUIRE(cv.wait_for(lk, std::chrono::seconds(120), [&] { return done == accepted; }));
+  CHECK(most.load() <= 2);  // never more running than the budget holds
+  CHECK(most.load() >= 1);
+  CHECK_THROWS_AS(s.submit(request({}, 4, 1), callbacks()), Error);
+  CHECK_THROWS_AS(s.submit(request({1, 67}, 4, 1), callbacks()), Error);
+}
+
+TEST_CASE("scheduler: cancel stops queued and running generations; close and destruction end the rest") {
+  const auto model = toy_model();
+  SchedulerOptions o;
+  o.max_running = 1;
+  o.max_step_tokens = 16;
+  o.prefill_chunk = 8;
+  o.step_delay_ms = 5;
+  auto s = std::make_unique<Scheduler>(model, o);
+  std::atomic<bool> cancel_first{false};
+  Collector c(3);
+  Scheduler::Callbacks first = c.callbacks(0);
+  first.cancelled = [&] { return cancel_first.load(); };
+  REQUIRE(s->submit(request(prompt_of(5, 1), 140, 1), first) == Scheduler::Admission::accepted);
+  Scheduler::Callbacks second = c.callbacks(1);
+  second.cancelled = [] { return true; };  // cancelled while it waits behind the first
+  REQUIRE(s->submit(request(prompt_of(5, 2), 4, 2), second) == Scheduler::Admission::accepted);
+  REQUIRE(s->submit(request(prompt_of(5, 3), 140, 3), c.callbacks(2)) == Scheduler::Admission::accepted);
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  cancel_first = true;
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  s.reset();  // the third is running or queued: destruction ends it
+  const auto all = c.wait();
+  CHECK(all[0].result.started);
+  CHECK(all[0].result.result.stop_reason == StopReason::callback);
+  CHECK(all[0].tokens.size() < 140);
+  CHECK_FALSE(all[1].result.started);
+  CHECK(all[1].tokens.empty());
+  CHECK(all[2].result.result.stop_reason == StopReason::callback);
+}
+
+TEST_CASE("scheduler: log-probabilities are a distribution, top ones sorted, the chosen one among them when greedy") {
+  const auto model = toy_model();
+  Scheduler s(model, {.max_running = 2, .max_step_tokens = 16, .prefill_chunk = 8});
+  ScheduledRequest r = request(prompt_of(9, 4), 6, 3);
+  r.generate.sampling.temperature = 0;  // greedy: the chosen token is the most likely
+  r.top_logprobs = 5;
+  std::vector<std::vector<TokenLogprob>> tops;
+  std::vector<TokenEvent> events;
+  std::mutex m;
+  std::condition_variable cv;
+  bool done = false;
+  Scheduler::Callbacks cb;
+  cb.on_token = [&](const TokenEvent& e) {
+    std::lock_guard lk(m);
+    tops.emplace_back(e.top.begin(), e.top.end());
+    events.push_back(e);
+    return true;
+  };
+  cb.on_done = [&](ScheduledResult&&) {
+    std::lock_guard lk(m);
+    done = true;
+    cv.notify_all();
+  };
+  REQUIRE(s.submit(r, cb) == Scheduler::Admission::accepted);
+  std::unique_lock lk(m);
+  REQUIRE(cv.wait_for(lk, std::chrono::seconds(60), [&] { return done; }));
+  REQUIRE(tops.size() == 6);
+  for (size_t i = 0; i < tops.size(); ++i) {
+    REQUIRE(tops[i].size() == 5);
+    CHECK(tops[i][0].token == events[i].token);
+    CHECK(tops[i][0].logprob == events[i].logprob);
+    double mass = 0;
+    for (size_t j = 0; j < 5; ++j) {
+      CHECK(tops[i][j].logprob <= 0.0f);
+      if (j) CHECK(tops[i][j].logprob <= tops[i][j - 1].logprob);
+      mass += std::exp(double{tops[i][j].logprob});
+    }
+    CHECK(mass <= 1.0 + 1e-6);
+    CHECK(mass > 0.0);
+  }
+}
