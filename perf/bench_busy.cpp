@@ -56,13 +56,6 @@ std::vector<int> parse_list(const std::string& flag, const std::string& text, in
   return out;
 }
 
-std::string default_model() {
-  if (const char* env = std::getenv("SQRTDK_MODEL"); env && env[0]) return env;
-  std::error_code ec;
-  const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
-  return ec ? "models/default.sqdk" : (exe.parent_path().parent_path() / "models" / "default.sqdk").string();
-}
-
 // CPU hogs: child processes that spin until killed (and die with this process: PR_SET_PDEATHSIG).
 class Hogs {
  public:
@@ -95,7 +88,7 @@ int main(int argc, char** argv) {
   BenchArgs args = BenchArgs::parse(argc, argv, kUsage);
   std::vector<int> busy = {0, 3};
   int prompt_len = 32, decode_steps = 8;
-  std::string model_path = default_model();
+  std::string model_path = default_model_path();
   try {
     for (size_t i = 0; i < args.rest.size(); ++i) {
       const std::string& a = args.rest[i];

@@ -70,6 +70,13 @@ BenchArgs BenchArgs::parse(int argc, char** argv, const std::string& usage) {
   return args;
 }
 
+std::string default_model_path() {
+  if (const char* env = std::getenv("SQRTDK_MODEL"); env && env[0]) return env;
+  std::error_code ec;
+  const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec ? "models/default.sqdk" : (exe.parent_path().parent_path() / "models" / "default.sqdk").string();
+}
+
 double now_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }

@@ -35,6 +35,9 @@ struct BenchArgs {
 
 double now_seconds();
 
+// The model file benchmarks default to: SQRTDK_MODEL if set, else the bundled <build>/models/default.sqdk.
+std::string default_model_path();
+
 // Waits, up to `limit_seconds`, until every other thread of this process sleeps; returns the seconds waited. A
 // library's worker threads keep spinning for a while after its call returns (libgomp's GOMP_SPINCOUNT for oneDNN,
 // OpenBLAS's thread timeout), and on a 2-core machine a spinning worker holds the core the next contender's
