@@ -163,11 +163,14 @@ class Balancer {
     return r == s.end() ? "" : r->second.at("status");
   }
 
+  // The last 80 lines of HAProxy's log (a line per request, and the servers going UP and DOWN).
   std::string log() const {
     std::ifstream f(log_path_);
-    std::stringstream s;
-    s << f.rdbuf();
-    return s.str();
+    std::vector<std::string> lines;
+    for (std::string l; std::getline(f, l);) lines.push_back(l);
+    std::string s;
+    for (size_t i = lines.size() > 80 ? lines.size() - 80 : 0; i < lines.size(); ++i) s += lines[i] + "\n";
+    return s;
   }
 
  private:
@@ -440,20 +443,20 @@ TEST_CASE("serve replicas: HAProxy, SIGTERM of one replica under load: no reques
   load.stop();
 
   const auto outcomes = load.outcomes();
+  const long retries = lb.stat("BACKEND", "wretr");
+  const long redispatches = lb.stat("BACKEND", "wredis");
+  MESSAGE("requests: " << outcomes.size() << ", the victim " << victim_name << " served " << victim_served
+                       << " before the SIGTERM; balancer retries " << retries << ", redispatches " << redispatches);
   INFO("haproxy log:\n" << lb.log());
   CHECK_MESSAGE(load.count([](const Outcome& o) { return !o.problem.empty(); }) == 0,
                 problems_of(outcomes, [](const Outcome&) { return true; }));
   CHECK(victim_served >= 1);  // before the stop
   CHECK(load.count([&](const Outcome& o) { return after_exit(o) && o.replica != survivor_name; }) == 0);
   CHECK(load.count([&](const Outcome& o) { return o.start > t_term && o.replica == survivor_name; }) >= 10);
-  // The victim answered 503 to its queued completions (balancer's counter), and the balancer retried them elsewhere.
-  const long victim_5xx = lb.stat(victim_name, "hrsp_5xx");
-  const long redispatched = lb.stat("BACKEND", "wredis");
-  MESSAGE("requests: " << outcomes.size() << ", victim " << victim_name << " answered 5xx " << victim_5xx
-                       << " times, balancer retries " << lb.stat("BACKEND", "wretr") << ", redispatches "
-                       << redispatched);
-  CHECK(victim_5xx >= 1);
-  CHECK(redispatched >= victim_5xx);
+  // The victim had completions queued at the SIGTERM: it answered them 503 (a retried 503 leaves no trace in
+  // HAProxy's per-server counters) and the balancer retried them: none failed (above), some retries were counted.
+  CHECK(retries + redispatches >= 1);
+  CHECK(lb.stat(victim_name, "slim") == kReplicaMaxconn);  // the template's variables took effect
 }
 
 TEST_CASE("serve replicas: HAProxy, SIGKILL of one replica under load: later requests go to the other, its stream is cut") {
@@ -488,11 +491,6 @@ TEST_CASE("serve replicas: HAProxy, SIGKILL of one replica under load: later req
   load.stop();
 
   const auto outcomes = load.outcomes();
-  INFO("haproxy log:\n" << lb.log());
-  // Requests sent after the kill: refused connections (conn-failure) retried on the survivor, none fails.
-  CHECK_MESSAGE(load.count([&](const Outcome& o) { return after_kill(o) && !o.problem.empty(); }) == 0,
-                problems_of(outcomes, after_kill));
-  CHECK(load.count([&](const Outcome& o) { return after_kill(o) && o.replica != survivor_name; }) == 0);
   // Those in flight on the victim (no response byte yet: empty-response) are replayed on the survivor; reported,
   // not required (a response cut half-way through would be a 502).
   auto in_flight = [&](const Outcome& o) { return o.start <= t_kill && o.end > t_kill; };
@@ -500,5 +498,10 @@ TEST_CASE("serve replicas: HAProxy, SIGKILL of one replica under load: later req
                                     << load.count([&](const Outcome& o) { return in_flight(o) && !o.problem.empty(); })
                                     << "; balancer retries " << lb.stat("BACKEND", "wretr") << ", redispatches "
                                     << lb.stat("BACKEND", "wredis"));
+  INFO("haproxy log:\n" << lb.log());
+  // Requests sent after the kill: refused connections (conn-failure) retried on the survivor, none fails.
+  CHECK_MESSAGE(load.count([&](const Outcome& o) { return after_kill(o) && !o.problem.empty(); }) == 0,
+                problems_of(outcomes, after_kill));
+  CHECK(load.count([&](const Outcome& o) { return after_kill(o) && o.replica != survivor_name; }) == 0);
   CHECK(load.count([&](const Outcome& o) { return o.end <= t_kill && !o.problem.empty(); }) == 0);
 }
