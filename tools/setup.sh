@@ -15,6 +15,7 @@ packages=(
   libcli11-dev nlohmann-json3-dev       # command line, JSON (benchmarks --json, safetensors headers)
   libboost-dev                          # Boost.Beast/Asio 1.74 (header-only): sqrtdk-serve's HTTP server
   libcpp-httplib-dev                    # the sqrtdk-serve tests' HTTP client
+  haproxy                               # HAProxy 2.6: the balancer of tools/serve/replicas/ (and its test)
   clang libomp-14-dev libclang-rt-14-dev  # clang builds, sanitizers and libFuzzer
   python3-numpy                         # tools/sqdk.py (the Python writer; its byte-identity test)
   libpcre2-dev                          # PCRE2 10.42: the tokenizers' pre-tokenizer regexes (\p{L}, JIT)
