@@ -2,6 +2,7 @@
 // the .sqdk format, Hugging Face and GGUF conversion, tokenizers and chat templates. (The C API is <sqrtdk/sqrtdk.h>.)
 #pragma once
 
+#include <sqrtdk/batch.h>
 #include <sqrtdk/chat.h>
 #include <sqrtdk/convert.h>
 #include <sqrtdk/error.h>
@@ -10,6 +11,7 @@
 #include <sqrtdk/isa.h>
 #include <sqrtdk/model.h>
 #include <sqrtdk/profiler.h>
+#include <sqrtdk/scheduler.h>
 #include <sqrtdk/session.h>
 #include <sqrtdk/tokenizer.h>
 #include <sqrtdk/version.h>
