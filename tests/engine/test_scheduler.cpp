@@ -228,9 +228,12 @@ TEST_CASE("scheduler: cancel stops queued and running generations; close and des
   Collector c(3);
   Scheduler::Callbacks first = c.callbacks(0);
   first.cancelled = [&] { return cancel_first.load(); };
+  std::atomic<int> starts{0};
+  first.on_start = [&] { ++starts; };
   REQUIRE(s->submit(request(prompt_of(5, 1), 140, 1), first) == Scheduler::Admission::accepted);
   Scheduler::Callbacks second = c.callbacks(1);
   second.cancelled = [] { return true; };  // cancelled while it waits behind the first
+  second.on_start = [&] { ++starts; };
   REQUIRE(s->submit(request(prompt_of(5, 2), 4, 2), second) == Scheduler::Admission::accepted);
   REQUIRE(s->submit(request(prompt_of(5, 3), 140, 3), c.callbacks(2)) == Scheduler::Admission::accepted);
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
@@ -242,6 +245,7 @@ TEST_CASE("scheduler: cancel stops queued and running generations; close and des
   CHECK(all[0].result.result.stop_reason == StopReason::callback);
   CHECK(all[0].tokens.size() < 140);
   CHECK_FALSE(all[1].result.started);
+  CHECK(starts.load() == 1);  // the first started, the second never did
   CHECK(all[1].tokens.empty());
   CHECK(all[2].result.result.stop_reason == StopReason::callback);
 }

@@ -97,6 +97,7 @@ class SchedulerImpl;
 class Scheduler {
  public:
   struct Callbacks {
+    std::function<void()> on_start;                        // it left the queue: its first step is next
     std::function<bool(const TokenEvent&)> on_token;      // false: stop this generation (StopReason::callback)
     std::function<void(ScheduledResult&&)> on_done;        // exactly once per accepted request
     std::function<bool()> cancelled;                       // polled each step (queued or running): true stops it

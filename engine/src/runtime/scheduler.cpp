@@ -216,6 +216,7 @@ class SchedulerImpl {
     Running& r = running_.back();
     r.reserved_bytes = need;
     r.started = now_seconds();
+    if (r.pending.callbacks.on_start) r.pending.callbacks.on_start();
     const size_t reserve_tokens = std::min(options_.max_context, r.prompt().size() + r.pending.request.generate.max_new_tokens);
     // Prefix cache: the longest whole-chunk prefix kept, leaving at least one prompt token to prefill (its logits
     // are the first token's).
@@ -393,12 +394,17 @@ class SchedulerImpl {
     out.queue_seconds = r.started - r.pending.submitted;
     out.first_token_seconds = r.first_token > 0 ? r.first_token - r.pending.submitted : 0;
     if (r.sequence) batch_.remove_sequence(r.sequence);
-    {
-      std::lock_guard lk(m_);
-      reserved_ -= r.reserved_bytes;
-    }
     Scheduler::Callbacks callbacks = std::move(r.pending.callbacks);
+    const size_t reserved = r.reserved_bytes;
     running_.erase(it);
+    {
+      // The gauges move before on_done, so a caller woken by it reads them without this generation.
+      std::lock_guard lk(m_);
+      reserved_ -= reserved;
+      stats_.running = running_.size();
+      stats_.kv_used_bytes = batch_.kv_bytes();
+      stats_.kv_reserved_bytes = committed();
+    }
     if (callbacks.on_done) callbacks.on_done(std::move(out));
   }
 
