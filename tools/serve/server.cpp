@@ -184,6 +184,9 @@ CompletionResult run_completion(Session& session, const CompletionRequest& r, co
     }
     size_t safe = c.tokens.size();
     while (safe > 0 && ends[safe - 1] > c.text.size() - hold) --safe;
+    // A last token with no text yet may hold part of a character: if generation ends there, its U+FFFD (below)
+    // must reach the stream too.
+    if (safe == c.tokens.size() && ends.back() == (safe > 1 ? ends[safe - 2] : 0)) --safe;
     flush(safe);
     if (c.tokens.size() == r.max_tokens) break;
     if (session.n_past() >= session.max_context()) {
