@@ -166,7 +166,9 @@ std::vector<uint32_t> completion_prompt(const json& j, const ServedModel& model,
   }
   if (prompt.is_string()) return text_prompt(prompt.get_ref<const std::string&>(), model, context);
   if (!prompt.is_array())
-    bad(std::string("'prompt' must be a string or an array of token ids, got ") + type_name(prompt), "prompt");
+    bad(std::string("'prompt' must be a string, got ") + type_name(prompt) +
+            " (an array of token ids, or a list of one prompt, works too)",
+        "prompt");
   if (prompt.empty()) bad("'prompt' is empty", "prompt");
   if (prompt[0].is_number()) return get_tokens(prompt, "prompt", model.config, context);
   if (prompt.size() > 1)
@@ -250,7 +252,7 @@ void parse_stop(const json& stop_field, const ModelConfig& config, const Request
   if (stop_field.is_null()) return;
   json stop = stop_field;
   if (stop.is_string() || stop.is_number()) stop = json::array({stop});
-  if (!stop.is_array()) bad(std::string("'stop' must be a string or an array of strings, got ") + type_name(stop), "stop");
+  if (!stop.is_array()) bad(std::string("'stop' must be an array of strings (or one string), got ") + type_name(stop), "stop");
   if (stop.size() > limits.max_stop)
     bad("'stop' has " + std::to_string(stop.size()) + " entries, at most " + std::to_string(limits.max_stop), "stop");
   for (const json& s : stop) {
