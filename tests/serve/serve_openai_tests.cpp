@@ -167,7 +167,8 @@ TEST_CASE("serve openai: each refused parameter is a 400 naming it") {
 }
 
 TEST_CASE("serve openai: chat parameters, and chat refused for a model without a template") {
-  const Refusal no_template = refusal(Endpoint::chat_completions, {{"messages", {{{"role", "user"}, {"content", "a"}}}}});
+  const json hello = {{{"role", "user"}, {"content", "a"}}};
+  const Refusal no_template = refusal(Endpoint::chat_completions, {{"messages", hello}});
   CHECK(no_template.status == 400);
   CHECK(no_template.param == "messages");
   CHECK(no_template.message.find("cannot render messages") != std::string::npos);
@@ -176,7 +177,9 @@ TEST_CASE("serve openai: chat parameters, and chat refused for a model without a
   const sqrtdk::Tokenizer& tok = model->require_tokenizer();
   const ServedModel served{model->config(), &tok, "serve-chat"};
   const RequestLimits limits = limits_of(model->config().max_seq);
-  auto parse_chat = [&](const json& body) { return parse_request(Endpoint::chat_completions, body.dump(), served, limits); };
+  auto parse_chat = [&](const json& body) {
+    return parse_request(Endpoint::chat_completions, body.dump(), served, limits);
+  };
   auto chat_refusal = [&](const json& body) {
     try {
       parse_chat(body);
@@ -405,7 +408,10 @@ TEST_CASE("serve openai: models and errors") {
                       {"data", {{{"id", "toy"}, {"object", "model"}, {"created", 7}, {"owned_by", "sqrtdk"}}}}}));
   const json e400 = json::parse(dump(error_json(400, "bad", "max_tokens")));
   CHECK(e400 == json({{"error",
-                       {{"message", "bad"}, {"type", "invalid_request_error"}, {"param", "max_tokens"}, {"code", nullptr}}}}));
+                       {{"message", "bad"},
+                        {"type", "invalid_request_error"},
+                        {"param", "max_tokens"},
+                        {"code", nullptr}}}}));
   const json e404 = json::parse(dump(error_json(404, "no", "model", "model_not_found")));
   CHECK(e404["error"]["code"] == "model_not_found");
   const json e503 = json::parse(dump(error_json(503, "busy", "", "overloaded")));

@@ -161,7 +161,8 @@ std::vector<uint32_t> completion_prompt(const json& j, const ServedModel& model,
   if (prompt.is_null() == tokens.is_null())
     bad("give exactly one of 'prompt' (a string) or 'tokens' (an array of ids)", "prompt");
   if (!tokens.is_null()) {
-    if (!tokens.is_array()) bad(std::string("'tokens' must be an array of token ids, got ") + type_name(tokens), "tokens");
+    if (!tokens.is_array())
+      bad(std::string("'tokens' must be an array of token ids, got ") + type_name(tokens), "tokens");
     return get_tokens(tokens, "tokens", model.config, context);
   }
   if (prompt.is_string()) return text_prompt(prompt.get_ref<const std::string&>(), model, context);
@@ -252,7 +253,8 @@ void parse_stop(const json& stop_field, const ModelConfig& config, const Request
   if (stop_field.is_null()) return;
   json stop = stop_field;
   if (stop.is_string() || stop.is_number()) stop = json::array({stop});
-  if (!stop.is_array()) bad(std::string("'stop' must be an array of strings (or one string), got ") + type_name(stop), "stop");
+  if (!stop.is_array())
+    bad(std::string("'stop' must be an array of strings (or one string), got ") + type_name(stop), "stop");
   if (stop.size() > limits.max_stop)
     bad("'stop' has " + std::to_string(stop.size()) + " entries, at most " + std::to_string(limits.max_stop), "stop");
   for (const json& s : stop) {
@@ -324,7 +326,8 @@ CompletionRequest parse_request(Endpoint endpoint, std::string_view body, const 
   } else {
     r.max_tokens = chat ? room : std::min<size_t>(16, room);  // OpenAI's defaults: chat runs to the end of the turn
   }
-  if (const json& v = field(j, "temperature"); !v.is_null()) r.temperature = get_float(v, "temperature", 0.0, 100.0, false);
+  if (const json& v = field(j, "temperature"); !v.is_null())
+    r.temperature = get_float(v, "temperature", 0.0, 100.0, false);
   if (const json& v = field(j, "top_p"); !v.is_null()) r.top_p = get_float(v, "top_p", 0.0, 1.0, true);
   if (const json& v = field(j, "top_k"); !v.is_null()) r.top_k = get_uint(v, "top_k", 0, model.config.n_vocab);
   if (const json& v = field(j, "seed"); !v.is_null())
@@ -381,7 +384,8 @@ CompletionRequest parse_request(Endpoint endpoint, std::string_view body, const 
                     "must be true or false (there is no tool calling)");
   } else {
     require_neutral(j, "echo", field(j, "echo") == false, "must be false: echoing the prompt is not supported");
-    require_neutral(j, "suffix", field(j, "suffix") == "", "is not supported (insertion needs a fill-in-the-middle model)");
+    require_neutral(j, "suffix", field(j, "suffix") == "",
+                    "is not supported (insertion needs a fill-in-the-middle model)");
   }
   return r;
 }

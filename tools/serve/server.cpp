@@ -186,7 +186,7 @@ CompletionResult run_completion(Session& session, const CompletionRequest& r, co
     while (safe > 0 && ends[safe - 1] > c.text.size() - hold) --safe;
     // A last token with no text yet may hold part of a character: if generation ends there, its U+FFFD (below)
     // must reach the stream too.
-    if (safe == c.tokens.size() && ends.back() == (safe > 1 ? ends[safe - 2] : 0)) --safe;
+    if (streamer && safe == c.tokens.size() && ends.back() == (safe > 1 ? ends[safe - 2] : 0)) --safe;
     flush(safe);
     if (c.tokens.size() == r.max_tokens) break;
     if (session.n_past() >= session.max_context()) {
@@ -394,7 +394,7 @@ class Metrics {
     line("# HELP sqrtdk_client_disconnects_total Completions cut short because the client went away.");
     line("# TYPE sqrtdk_client_disconnects_total counter");
     line("sqrtdk_client_disconnects_total " + std::to_string(disconnects.load()));
-    line("# HELP sqrtdk_request_duration_seconds Latency of POST /v1/completions (any status).");
+    line("# HELP sqrtdk_request_duration_seconds Latency of POST /v1/completions and /v1/chat/completions.");
     line("# TYPE sqrtdk_request_duration_seconds histogram");
     char buf[64];
     for (size_t i = 0; i < kBuckets.size(); ++i) {
@@ -854,8 +854,8 @@ class ServerImpl {
     CompletionRequest request;
     Reply invalid;  // co_await may not appear in a catch block
     try {
-      request = parse_request(endpoint, req.body(), ServedModel{model_->config(), model_->tokenizer(), options_.model_name},
-                              limits_);
+      const ServedModel served{model_->config(), model_->tokenizer(), options_.model_name};
+      request = parse_request(endpoint, req.body(), served, limits_);
     } catch (const RequestError& e) {
       invalid = json_error(e.status(), e.what(), e.param(), e.code());
     }
@@ -977,8 +977,9 @@ class ServerImpl {
                "\n";
       co_return co_await send(c, r, version, keep_alive);
     }
-    const std::string end = error.empty() ? job->stream->finish(result.finish_reason, prompt_tokens, result.tokens.size())
-                                          : job->stream->fail(error);
+    const std::string end = error.empty()
+                                ? job->stream->finish(result.finish_reason, prompt_tokens, result.tokens.size())
+                                : job->stream->fail(error);
     if (!co_await write_stream(c, end, chunked)) co_return give_up();
     if (chunked) {
       c.stream.expires_after(std::chrono::seconds(options_.timeout_seconds));
