@@ -131,7 +131,7 @@ struct SeedBook {
   void check(uint64_t seed, const std::string& body) {
     std::string tokens;
     try {
-      tokens = json::parse(body).at("tokens").dump();
+      tokens = json::parse(body).at("choices").at(0).at("tokens").dump();
     } catch (...) {
       ++mismatches;
       return;

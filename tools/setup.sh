@@ -21,9 +21,13 @@ packages=(
   libpcre2-dev                          # PCRE2 10.42: the tokenizers' pre-tokenizer regexes (\p{L}, JIT)
   libicu-dev                            # ICU 72: NFC (Qwen) and the Unicode classes of added-token matching
   libsentencepiece-dev                  # libsentencepiece: reading SentencePiece tokenizer.model files
+  nodejs                                # the sqrtdk-serve test that drives it with the OpenAI Node SDK (tests/clients)
 )
 # shellcheck disable=SC2206
 packages+=(${SQRTDK_SETUP_EXTRA:-})
+# npm (for the same test): Debian's only when there is no npm command. Nodesource's nodejs bundles its own npm and
+# conflicts with Debian's npm package, so installing Debian's beside it would fail.
+command -v npm >/dev/null 2>&1 || packages+=(npm)
 
 missing=()
 for p in "${packages[@]}"; do

@@ -1,9 +1,10 @@
 // libFuzzer target: sqrtdk-serve's request handling up to the engine. An input that starts with an upper-case
 // letter is raw HTTP bytes, framed as the server frames them (tools/serve/http_framing.h: Beast's parser with the
 // server's limits; several requests in one input are pipelined); each complete request's body then goes to the
-// body parser. Any other input is a POST /v1/completions body given to the body parser directly.
+// body parser. Any other input is a body given to the body parser directly, as /v1/completions and as
+// /v1/chat/completions.
 // Contract under test: framing either completes a request, waits for more bytes, or fails with a status of 400, 413
-// or 431; parse_completion_request returns a request or throws RequestError with a 4xx status; never a crash, an
+// or 431; parse_request returns a request or throws RequestError with a 4xx status; never a crash, an
 // ASan/UBSan report or another exception type.
 #include <sqrtdk/format.h>
 
@@ -30,12 +31,15 @@ void parse_body(std::string_view body) {
   config.eos_id = 257;
   sqrtdk::serve::RequestLimits limits;
   limits.max_context = 64;
-  try {
-    sqrtdk::serve::parse_completion_request(body, config, limits);
-  } catch (const sqrtdk::serve::RequestError& e) {
-    if (e.status() < 400 || e.status() >= 500) std::abort();
-  } catch (...) {
-    std::abort();
+  const sqrtdk::serve::ServedModel model{config, nullptr, "toy"};
+  for (auto endpoint : {sqrtdk::serve::Endpoint::completions, sqrtdk::serve::Endpoint::chat_completions}) {
+    try {
+      sqrtdk::serve::parse_request(endpoint, body, model, limits);
+    } catch (const sqrtdk::serve::RequestError& e) {
+      if (e.status() < 400 || e.status() >= 500) std::abort();
+    } catch (...) {
+      std::abort();
+    }
   }
 }
 

@@ -226,7 +226,7 @@ TEST_CASE("serve hardening: --request-timeout stops a long completion with finis
   CHECK(seconds_since(t0) < 4);
   REQUIRE(r.size() == 1);
   CHECK(r[0].status == 200);
-  const json j = json::parse(r[0].body);
+  const json j = json::parse(r[0].body)["choices"][0];
   CHECK(j["finish_reason"] == "time_limit");
   CHECK(j["tokens"].size() < 400);
   CHECK(j["tokens"].size() > 0);
@@ -243,7 +243,8 @@ TEST_CASE("serve hardening: a client that half-closes after a complete request g
     close(fd);
     REQUIRE(r.size() == 1);
     CHECK(r[0].status == 200);
-    CHECK(json::parse(r[0].body)["usage"]["completion_tokens"] == json::parse(r[0].body)["tokens"].size());
+    CHECK(json::parse(r[0].body)["usage"]["completion_tokens"] ==
+          json::parse(r[0].body)["choices"][0]["tokens"].size());
     CHECK(metric_value(get_metrics(server.port()), "sqrtdk_client_disconnects_total") == 0);
   }
 }
@@ -321,7 +322,7 @@ TEST_CASE("serve hardening: framing attacks: conflicting Content-Length 400, ove
     CHECK(seconds_since(t0) < 3);
     REQUIRE(r.size() == 1);
     CHECK(r[0].status == 413);
-    CHECK(json::parse(r[0].body)["error"]["type"] == "body_too_large");
+    CHECK(json::parse(r[0].body)["error"]["code"] == "body_too_large");
   }
   {
     // Neighbours: Content-Length with chunked (request smuggling) is 400; a head past 16 KiB is 431.
@@ -473,7 +474,7 @@ TEST_CASE("serve hardening: a wrong method is 405 with Allow, /healthz names the
     REQUIRE(r.size() == 1);
     CHECK(r[0].status == 405);
     CHECK(r[0].headers["allow"] == allow);
-    CHECK(json::parse(r[0].body)["error"]["type"] == "method_not_allowed");
+    CHECK(json::parse(r[0].body)["error"]["code"] == "method_not_allowed");
   }
   const int fd = open_with(server.port(), get_request("/healthz?verbose=1", "Connection: close\r\n"));
   const auto r = final_responses(read_until_closed(fd, 5));

@@ -60,6 +60,14 @@ json post(httplib::Client& cli, const json& body, int expect_status) {
   return json::parse(res->body);
 }
 
+// The one choice of a completion response, with the response's id and usage beside it.
+json choice(const json& response) {
+  json c = response.at("choices").at(0);
+  c["id"] = response["id"];
+  c["usage"] = response["usage"];
+  return c;
+}
+
 std::string get_metrics(int port) {
   httplib::Client cli("127.0.0.1", port);
   auto res = cli.Get("/metrics");
@@ -100,7 +108,7 @@ const IgnoreSigpipe ignore_sigpipe;
 
 TEST_CASE("serve: request parsing accepts the documented fields") {
   CompletionRequest r = parse(R"({"prompt":"ab","max_tokens":5,"temperature":0.5,"top_p":0.9,"top_k":7,"seed":3,
-                                  "stop":["x", 10],"stream":true,"unknown_field":1})");
+                                  "stop":["x", 10],"stream":true})");
   CHECK(r.prompt == std::vector<uint32_t>{256, 'a', 'b'});
   CHECK(r.max_tokens == 5);
   CHECK(r.temperature == 0.5f);
@@ -174,8 +182,8 @@ TEST_CASE("serve: healthz, metrics, completions, identical seeded completions, s
   CHECK(json::parse(health->body)["status"] == "ok");
 
   const json req = {{"prompt", "Once upon a time"}, {"max_tokens", 24}, {"temperature", 0.9}, {"seed", 7}};
-  const json a = post(cli, req, 200);
-  const json b = post(cli, req, 200);
+  const json a = choice(post(cli, req, 200));
+  const json b = choice(post(cli, req, 200));
   CHECK(a["tokens"] == b["tokens"]);
   CHECK(a["text"] == b["text"]);
   CHECK(a["id"] != b["id"]);
@@ -191,7 +199,7 @@ TEST_CASE("serve: healthz, metrics, completions, identical seeded completions, s
   json by_ids = req;
   by_ids.erase("prompt");
   by_ids["tokens"] = ids;
-  CHECK(post(cli, by_ids, 200)["tokens"] == a["tokens"]);
+  CHECK(choice(post(cli, by_ids, 200))["tokens"] == a["tokens"]);
 
   // Streaming: one event per token, the same tokens as the plain response, then a summary and [DONE].
   json sreq = req;
@@ -213,9 +221,9 @@ TEST_CASE("serve: healthz, metrics, completions, identical seeded completions, s
       done = true;
       break;
     }
-    const json ev = json::parse(data);
-    if (ev.contains("token")) streamed.push_back(ev["token"].get<uint32_t>());
-    if (ev.contains("finish_reason")) finish = ev["finish_reason"];
+    const json ev = json::parse(data).at("choices").at(0);
+    if (ev.contains("tokens")) streamed.push_back(ev["tokens"].at(0).get<uint32_t>());
+    if (!ev["finish_reason"].is_null()) finish = ev["finish_reason"];
   }
   CHECK(done);
   CHECK(json(streamed) == a["tokens"]);
@@ -237,7 +245,7 @@ TEST_CASE("serve: stop strings and stop ids end the completion without being ret
   ServerProcess server({});
   httplib::Client cli("127.0.0.1", server.port());
   const json greedy = {{"prompt", "The "}, {"max_tokens", 40}, {"temperature", 0}};
-  const json full = post(cli, greedy, 200);
+  const json full = choice(post(cli, greedy, 200));
   const std::vector<uint32_t> tokens = full["tokens"];
   REQUIRE(tokens.size() >= 6);
   // "text" replaces bytes that are not UTF-8 (the toy emits random bytes), so stop strings are built from an
@@ -249,7 +257,7 @@ TEST_CASE("serve: stop strings and stop ids end the completion without being ret
   const size_t at = std::find(tokens.begin(), tokens.end(), tokens[i]) - tokens.begin();
   json with_stop = greedy;
   with_stop["stop"] = {stop};
-  const json cut = post(cli, with_stop, 200);
+  const json cut = choice(post(cli, with_stop, 200));
   CHECK(cut["tokens"] == json(std::vector<uint32_t>(tokens.begin(), tokens.begin() + at)));
   CHECK(cut["finish_reason"] == "stop");
 
@@ -264,8 +272,8 @@ TEST_CASE("serve: stop strings and stop ids end the completion without being ret
   size_t pos = 0;
   while ((pos = s->body.find("data: {", pos)) != std::string::npos) {
     const size_t end = s->body.find("\n\n", pos);
-    const json ev = json::parse(s->body.substr(pos + 6, end - pos - 6));
-    if (ev.contains("token")) streamed.push_back(ev["token"]);
+    const json ev = json::parse(s->body.substr(pos + 6, end - pos - 6)).at("choices").at(0);
+    if (ev.contains("tokens")) streamed.push_back(ev["tokens"].at(0));
     pos = end;
   }
   CHECK(streamed == tokens);
@@ -273,7 +281,7 @@ TEST_CASE("serve: stop strings and stop ids end the completion without being ret
   const size_t first = std::find(tokens.begin(), tokens.end(), tokens[3]) - tokens.begin();
   json with_id = greedy;
   with_id["stop"] = {tokens[3]};
-  const json cut_id = post(cli, with_id, 200);
+  const json cut_id = choice(post(cli, with_id, 200));
   CHECK(cut_id["tokens"].size() == first);
   CHECK(cut_id["finish_reason"] == "stop");
 }
@@ -286,8 +294,7 @@ TEST_CASE("serve: errors: 400 with a JSON message, 404, 413 for a body over --ma
     REQUIRE(res);
     CHECK(res->status == 400);
     const json j = json::parse(res->body);
-    CHECK(j["error"]["code"] == 400);
-    CHECK(j["error"]["type"] == "invalid_request");
+    CHECK(j["error"]["type"] == "invalid_request_error");
     CHECK(j["error"]["message"].get<std::string>().find(needle) != std::string::npos);
   };
   check_400("{not json", "malformed JSON");
@@ -300,12 +307,12 @@ TEST_CASE("serve: errors: 400 with a JSON message, 404, 413 for a body over --ma
   auto nf = cli.Get("/nope");
   REQUIRE(nf);
   CHECK(nf->status == 404);
-  CHECK(json::parse(nf->body)["error"]["code"] == 404);
+  CHECK(json::parse(nf->body)["error"]["code"] == "not_found");
 
   auto big = cli.Post("/v1/completions", json{{"prompt", std::string(10000, 'x')}}.dump(), "application/json");
   REQUIRE(big);
   CHECK(big->status == 413);
-  CHECK(json::parse(big->body)["error"]["type"] == "body_too_large");
+  CHECK(json::parse(big->body)["error"]["code"] == "body_too_large");
 
   // The server is still up, and the metrics count each status.
   httplib::Client again("127.0.0.1", server.port());
@@ -344,7 +351,8 @@ TEST_CASE("serve: overload answers 503 with Retry-After at once, queued requests
   REQUIRE(c);
   CHECK(c->status == 503);
   CHECK(c->get_header_value("Retry-After") == "1");
-  CHECK(json::parse(c->body)["error"]["type"] == "overloaded");
+  CHECK(json::parse(c->body)["error"]["type"] == "server_error");
+  CHECK(json::parse(c->body)["error"]["code"] == "overloaded");
   auto h = cli.Get("/healthz");  // other endpoints still answer
   REQUIRE(h);
   CHECK(h->status == 200);
@@ -383,7 +391,7 @@ TEST_CASE("serve: a client disconnecting mid-stream frees its session") {
   CHECK(metric_value(m, "sqrtdk_tokens_generated_total") < 300);  // generation stopped early
   // The session serves the next request.
   httplib::Client cli("127.0.0.1", server.port());
-  CHECK(post(cli, {{"prompt", "b"}, {"max_tokens", 3}}, 200)["tokens"].size() <= 3);
+  CHECK(choice(post(cli, {{"prompt", "b"}, {"max_tokens", 3}}, 200))["tokens"].size() <= 3);
 }
 
 TEST_CASE("serve: slow clients time out and do not block the others, many connections") {

@@ -26,11 +26,14 @@
 int main(int argc, char** argv) {
   sqrtdk::serve::ServerOptions o;
   std::string model_path = sqrtdk::tools::default_model_path();
-  CLI::App app{"sqrtdk-serve: an HTTP completion service (POST /v1/completions, GET /healthz, GET /metrics).\n"
+  CLI::App app{"sqrtdk-serve: an OpenAI-compatible HTTP service (POST /v1/completions, /v1/chat/completions,\n"
+               "GET /v1/models, /healthz, /metrics).\n"
                "Exit codes: 0 ok (also after SIGTERM/SIGINT), 1 usage error, 2 model error, 3 cannot listen,\n"
                "4 cannot start (a session's KV cache or a thread does not fit in memory or the process limits)."};
   app.set_version_flag("--version", "sqrtdk-serve " SQRTDK_VERSION);
   app.add_option("--model", model_path, "model file (.sqdk); default: the bundled model")->capture_default_str();
+  app.add_option("--model-name", o.model_name,
+                 "the model's id in /v1/models and in requests' \"model\"; default: the file name without .sqdk");
   app.add_option("--host", o.host, "address to listen on (loopback by default)")->capture_default_str();
   app.add_option("--port", o.port, "TCP port; 0 = one the system picks (printed)")
       ->check(CLI::Range(0, 65535))->capture_default_str();

@@ -15,6 +15,7 @@
 #include "tools/serve/server.h"
 
 #include "tools/serve/http_framing.h"
+#include "tools/serve/openai.h"
 #include "tools/serve/request.h"
 
 #include <sqrtdk/error.h>
@@ -62,11 +63,13 @@ using nlohmann::json;
 using tcp = asio::ip::tcp;
 using Clock = std::chrono::steady_clock;
 
+int64_t unix_seconds() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
 double now_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
-
-std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
 size_t resident_bytes() {
   long pages_total = 0, pages_resident = 0;
@@ -91,19 +94,13 @@ std::thread start_thread(const std::string& what, F&& f) {
 
 // ---- the completion loop ----
 
-struct Completion {
-  std::vector<uint32_t> tokens;
-  std::string text;
-  std::string finish_reason;  // "length", "stop", "time_limit", or "cancelled" (the client went away)
-};
-
-// Called with each token (and its text) once it is certain not to be part of a stop string.
-using EmitFn = std::function<void(uint32_t token, std::string_view text)>;
+// Called with each token (its text, its logprobs) once it is certain not to be part of a stop string.
+using EmitFn = std::function<void(const TokenEvent& event)>;
 // Checked before each token: nullptr to go on, or the finish reason to stop with.
 using InterruptFn = std::function<const char*()>;
 
-Completion run_completion(Session& session, const CompletionRequest& r, const EmitFn& emit,
-                          const InterruptFn& interrupted, int token_delay_ms) {
+CompletionResult run_completion(Session& session, const CompletionRequest& r, const EmitFn& emit,
+                                const InterruptFn& interrupted, int token_delay_ms) {
   const ModelConfig& config = session.model().config();
   const Tokenizer* tokenizer = session.model().tokenizer();
   std::optional<TokenStreamer> streamer;  // the text of each token as it becomes whole UTF-8
@@ -116,18 +113,20 @@ Completion run_completion(Session& session, const CompletionRequest& r, const Em
   so.seed = r.seed;
   Sampler sampler(so);
 
-  Completion c;
-  std::vector<size_t> ends;  // text end offset of each token
+  CompletionResult c;
+  std::vector<size_t>& ends = c.text_ends;  // text end offset of each token
   size_t emitted = 0;
   auto flush = [&](size_t n_tokens) {
     for (; emitted < n_tokens; ++emitted) {
       const size_t begin = emitted ? ends[emitted - 1] : 0;
-      if (emit) emit(c.tokens[emitted], std::string_view(c.text).substr(begin, ends[emitted] - begin));
+      if (emit)
+        emit({c.tokens[emitted], std::string_view(c.text).substr(begin, ends[emitted] - begin),
+              r.logprobs ? &c.logprobs[emitted] : nullptr});
     }
   };
 
   std::span<const float> logits = session.prefill(r.prompt);
-  c.finish_reason = "length";
+  c.finish_reason = finish_reason(StopReason::max_tokens);
   bool cut_by_stop = false;
   while (c.tokens.size() < r.max_tokens) {
     if (const char* why = interrupted()) {
@@ -138,12 +137,17 @@ Completion run_completion(Session& session, const CompletionRequest& r, const Em
     const bool end_token = tokenizer ? std::find(tokenizer->stop_ids().begin(), tokenizer->stop_ids().end(), token) !=
                                            tokenizer->stop_ids().end()
                                      : token == config.eos_id;
-    if (end_token || std::find(r.stop_tokens.begin(), r.stop_tokens.end(), token) != r.stop_tokens.end()) {
-      c.finish_reason = "stop";
+    if (end_token) {
+      c.finish_reason = finish_reason(StopReason::eos);
+      break;
+    }
+    if (std::find(r.stop_tokens.begin(), r.stop_tokens.end(), token) != r.stop_tokens.end()) {
+      c.finish_reason = finish_reason(StopReason::stop_token);
       break;
     }
     if (token_delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(token_delay_ms));
     c.tokens.push_back(token);
+    if (r.logprobs) c.logprobs.push_back(token_logprobs(logits, token, r.top_logprobs));
     if (streamer) c.text += streamer->push(token);
     ends.push_back(c.text.size());
 
@@ -157,13 +161,14 @@ Completion run_completion(Session& session, const CompletionRequest& r, const Em
         while (keep < ends.size() && ends[keep] <= cut) ++keep;
         c.tokens.resize(keep);
         ends.resize(keep);
+        if (r.logprobs) c.logprobs.resize(keep);
         c.text.resize(cut);
         stopped = true;
         break;
       }
     }
     if (stopped) {
-      c.finish_reason = "stop";
+      c.finish_reason = finish_reason(StopReason::stop_string);
       cut_by_stop = true;
       break;
     }
@@ -179,8 +184,15 @@ Completion run_completion(Session& session, const CompletionRequest& r, const Em
     }
     size_t safe = c.tokens.size();
     while (safe > 0 && ends[safe - 1] > c.text.size() - hold) --safe;
+    // A last token with no text yet may hold part of a character: if generation ends there, its U+FFFD (below)
+    // must reach the stream too.
+    if (streamer && safe == c.tokens.size() && ends.back() == (safe > 1 ? ends[safe - 2] : 0)) --safe;
     flush(safe);
-    if (c.tokens.size() == r.max_tokens || session.n_past() >= session.max_context()) break;
+    if (c.tokens.size() == r.max_tokens) break;
+    if (session.n_past() >= session.max_context()) {
+      c.finish_reason = finish_reason(StopReason::context_full);
+      break;
+    }
     logits = session.decode(token);
   }
   if (streamer && !cut_by_stop && !c.tokens.empty()) {  // an incomplete character at the end becomes U+FFFD
@@ -206,7 +218,8 @@ struct Job {
   std::mutex m;  // guards what follows
   State state = State::queued;
   std::string events;  // Server-Sent Events produced and not yet sent (streaming)
-  Completion result;
+  std::optional<StreamEncoder> stream;  // streaming: its chunks (the worker's until done, then the connection's)
+  CompletionResult result;
   std::string error;  // what the engine threw, if it did
 };
 
@@ -381,7 +394,7 @@ class Metrics {
     line("# HELP sqrtdk_client_disconnects_total Completions cut short because the client went away.");
     line("# TYPE sqrtdk_client_disconnects_total counter");
     line("sqrtdk_client_disconnects_total " + std::to_string(disconnects.load()));
-    line("# HELP sqrtdk_request_duration_seconds Latency of POST /v1/completions (any status).");
+    line("# HELP sqrtdk_request_duration_seconds Latency of POST /v1/completions and /v1/chat/completions.");
     line("# TYPE sqrtdk_request_duration_seconds histogram");
     char buf[64];
     for (size_t i = 0; i < kBuckets.size(); ++i) {
@@ -440,17 +453,18 @@ struct Reply {
   bool close = false;  // the connection closes after it
 };
 
-Reply json_error(int status, const std::string& message) {
-  const char* type = status == 400   ? "invalid_request"
-                     : status == 413 ? "body_too_large"
-                     : status == 431 ? "header_too_large"
-                     : status == 503 ? "overloaded"
-                     : status == 404 ? "not_found"
-                     : status == 405 ? "method_not_allowed"
-                                     : "server_error";
+// An OpenAI-shaped error. `code` defaults to a name for the status (null for 400 and 500).
+Reply json_error(int status, const std::string& message, const std::string& param = "", std::string code = "") {
+  if (code.empty())
+    code = status == 413   ? "body_too_large"
+           : status == 431 ? "header_too_large"
+           : status == 503 ? "overloaded"
+           : status == 404 ? "not_found"
+           : status == 405 ? "method_not_allowed"
+                           : "";
   Reply r;
   r.status = status;
-  r.body = dump(json{{"error", {{"message", message}, {"type", type}, {"code", status}}}}) + "\n";
+  r.body = dump(error_json(status, message, param, code)) + "\n";
   return r;
 }
 
@@ -509,7 +523,7 @@ class ServerImpl {
  public:
   ServerImpl(std::shared_ptr<const Model> model, const ServerOptions& options)
       : model_(std::move(model)),
-        options_(options),
+        options_(named(options, *model_)),
         control_(asio::make_strand(io_)),
         acceptor_(control_),
         grace_timer_(control_),
@@ -519,6 +533,10 @@ class ServerImpl {
     limits_.max_context = pool_context(*model_, options);
   }
 
+  static ServerOptions named(ServerOptions o, const Model& model) {
+    if (o.model_name.empty()) o.model_name = std::filesystem::path(model.path()).stem().string();
+    return o;
+  }
   static size_t pool_context(const Model& model, const ServerOptions& o) {
     return o.max_context ? o.max_context : model.config().max_seq;
   }
@@ -742,13 +760,16 @@ class ServerImpl {
     const std::string_view path = target.substr(0, target.find('?'));
     const double t0 = now_seconds();
     struct Route {
-      std::string_view path;
+      std::string_view path;  // ending in '/': a prefix (/v1/models/{id})
       http::verb method;
     };
-    static constexpr std::array<Route, 3> kRoutes = {
-        Route{"/v1/completions", http::verb::post}, Route{"/healthz", http::verb::get},
-        Route{"/metrics", http::verb::get}};
-    const auto route = std::find_if(kRoutes.begin(), kRoutes.end(), [&](const Route& r) { return r.path == path; });
+    static constexpr std::array<Route, 6> kRoutes = {
+        Route{"/v1/completions", http::verb::post}, Route{"/v1/chat/completions", http::verb::post},
+        Route{"/v1/models", http::verb::get},       Route{"/v1/models/", http::verb::get},
+        Route{"/healthz", http::verb::get},         Route{"/metrics", http::verb::get}};
+    const auto route = std::find_if(kRoutes.begin(), kRoutes.end(), [&](const Route& r) {
+      return r.path.ends_with('/') ? path.starts_with(r.path) && path.size() > r.path.size() : r.path == path;
+    });
     Reply r;
     if (route == kRoutes.end()) {
       r = json_error(404, "no such endpoint: " + std::string(req.method_string()) + " " + std::string(path));
@@ -756,10 +777,21 @@ class ServerImpl {
       const std::string allowed(http::to_string(route->method));
       r = json_error(405, std::string(path) + " takes " + allowed + ", not " + std::string(req.method_string()));
       r.headers.emplace_back(http::field::allow, allowed);
-    } else if (path == "/v1/completions") {
-      const bool ok = co_await complete(c, req, keep_alive);
+    } else if (path == "/v1/completions" || path == "/v1/chat/completions") {
+      const bool ok = co_await complete(
+          c, req, keep_alive, path == "/v1/completions" ? Endpoint::completions : Endpoint::chat_completions);
       metrics_.observe_latency(now_seconds() - t0);
       co_return ok;
+    } else if (path == "/v1/models") {
+      r.body = dump(models_list_json(options_.model_name, started_)) + "\n";
+    } else if (route->path == "/v1/models/") {
+      const std::string_view id = path.substr(route->path.size());
+      if (id == options_.model_name)
+        r.body = dump(model_json(options_.model_name, started_)) + "\n";
+      else
+        r = json_error(404, "The model '" + std::string(id) + "' does not exist; this server serves '" +
+                                options_.model_name + "'",
+                       "model", "model_not_found");
     } else if (path == "/healthz") {
       r.body = dump(json{{"status", "ok"},
                          {"sessions", pool_.size()},
@@ -779,11 +811,12 @@ class ServerImpl {
   // Runs on a session worker thread.
   void run_job(Session& session, Job& job) {
     EmitFn emit;
-    if (job.request.stream)
-      emit = [&job](uint32_t token, std::string_view text) {
+    if (job.stream)
+      emit = [&job](const TokenEvent& event) {
+        std::string chunk = job.stream->token(event);  // the encoder is this thread's until the job is done
         {
           std::lock_guard lk(job.m);
-          job.events += "data: " + dump(json{{"token", token}, {"text", text}}) + "\n\n";
+          job.events += chunk;
         }
         job.notify();
       };
@@ -792,7 +825,7 @@ class ServerImpl {
       if (Clock::now() >= job.deadline) return "time_limit";
       return nullptr;
     };
-    Completion result;
+    CompletionResult result;
     std::string error;
     try {
       result = run_completion(session, job.request, emit, interrupted, options_.token_delay_ms);
@@ -805,25 +838,39 @@ class ServerImpl {
     job.error = std::move(error);
   }
 
+  // The bytes of one token, for logprobs.
+  std::string token_text(uint32_t token) const {
+    const Tokenizer* tokenizer = model_->tokenizer();
+    return tokenizer ? tokenizer->decode(std::span<const uint32_t>(&token, 1), /*skip_special=*/false) : "";
+  }
+
   // Answers one completion: JSON, or a stream of Server-Sent Events. While it runs, the socket is watched: bytes of
   // pipelined requests are kept for later; a client that half-closed is probed with "102 Processing" interim
   // responses (HTTP/1.1 clients skip them), because only a write tells a half-closed client, which still reads,
   // from one that left. A failed write cancels the job.
-  awaitable<bool> complete(Connection& c, const http::request<http::string_body>& req, bool keep_alive) {
+  awaitable<bool> complete(Connection& c, const http::request<http::string_body>& req, bool keep_alive,
+                           Endpoint endpoint) {
     const unsigned version = req.version();
     CompletionRequest request;
     Reply invalid;  // co_await may not appear in a catch block
     try {
-      request = parse_completion_request(req.body(), model_->config(), limits_, model_->tokenizer());
+      const ServedModel served{model_->config(), model_->tokenizer(), options_.model_name};
+      request = parse_request(endpoint, req.body(), served, limits_);
     } catch (const RequestError& e) {
-      invalid = json_error(e.status(), e.what());
+      invalid = json_error(e.status(), e.what(), e.param(), e.code());
     }
     if (invalid.status != 200) co_return co_await send(c, invalid, version, keep_alive);
     const bool streaming = request.stream;
     const size_t prompt_tokens = request.prompt.size();
+    const ResponseInfo info{(endpoint == Endpoint::completions ? "cmpl-" : "chatcmpl-") + std::to_string(++next_id_),
+                            unix_seconds(), options_.model_name};
     auto job = std::make_shared<Job>(std::move(request),
                                      Clock::now() + std::chrono::seconds(options_.request_timeout_seconds),
                                      c.notifier());
+    if (streaming) {
+      job->stream.emplace(info, job->request, [this](uint32_t token) { return token_text(token); });
+      job->events = job->stream->start();  // sent with the headers, once a session runs the job
+    }
     const SessionPool::Admission admission = pool_.submit(job);
     if (admission != SessionPool::Admission::accepted) {
       if (admission == SessionPool::Admission::full) ++metrics_.rejected;
@@ -836,7 +883,6 @@ class ServerImpl {
       co_return co_await send(c, r, version, keep_alive);
     }
     metrics_.prompt_tokens += prompt_tokens;
-    const std::string id = "cmpl-" + std::to_string(++next_id_);
 
     // A write failed: the client left. The job stops at its next token.
     auto give_up = [&] {
@@ -916,7 +962,7 @@ class ServerImpl {
     }
     co_await stop_watching(c);
 
-    Completion result;
+    CompletionResult result;
     std::string error;
     {
       std::lock_guard lk(job->m);  // the worker is done with the job: this only orders our reads after its writes
@@ -926,28 +972,14 @@ class ServerImpl {
     if (!streaming) {
       if (!error.empty()) co_return co_await send(c, json_error(500, error), version, keep_alive);
       Reply r;
-      r.body = dump(json{{"id", id},
-                         {"object", "text_completion"},
-                         {"text", result.text},
-                         {"tokens", result.tokens},
-                         {"finish_reason", result.finish_reason},
-                         {"usage",
-                          {{"prompt_tokens", prompt_tokens},
-                           {"completion_tokens", result.tokens.size()},
-                           {"total_tokens", prompt_tokens + result.tokens.size()}}}}) +
+      r.body = dump(completion_response(info, job->request, result, prompt_tokens,
+                                        [this](uint32_t token) { return token_text(token); })) +
                "\n";
       co_return co_await send(c, r, version, keep_alive);
     }
-    std::string end;
-    if (!error.empty()) end = "event: error\ndata: " + dump(json{{"error", {{"message", error}}}}) + "\n\n";
-    end += "data: " +
-           dump(json{{"id", id},
-                     {"finish_reason", error.empty() ? result.finish_reason : "error"},
-                     {"usage",
-                      {{"prompt_tokens", prompt_tokens},
-                       {"completion_tokens", result.tokens.size()},
-                       {"total_tokens", prompt_tokens + result.tokens.size()}}}}) +
-           "\n\ndata: [DONE]\n\n";
+    const std::string end = error.empty()
+                                ? job->stream->finish(result.finish_reason, prompt_tokens, result.tokens.size())
+                                : job->stream->fail(error);
     if (!co_await write_stream(c, end, chunked)) co_return give_up();
     if (chunked) {
       c.stream.expires_after(std::chrono::seconds(options_.timeout_seconds));
@@ -999,6 +1031,7 @@ class ServerImpl {
   RequestLimits limits_;
   Metrics metrics_;
   std::atomic<uint64_t> next_id_{0};
+  const int64_t started_ = unix_seconds();  // the model's "created" in /v1/models
   SessionPool pool_;  // last: its workers (which call run_job) stop first
 };
 

@@ -1,6 +1,8 @@
 // sqrtdk-serve's HTTP service: one Model shared by a fixed pool of Sessions behind a bounded queue.
 //
-//   POST /v1/completions  JSON in (request.h), JSON out, or Server-Sent Events with "stream": true
+//   POST /v1/completions, /v1/chat/completions  OpenAI's JSON in (request.h) and out (openai.h), or Server-Sent
+//                         Events with "stream": true
+//   GET  /v1/models, /v1/models/{id}  the one served model
 //   GET  /healthz         {"status":"ok", ...}
 //   GET  /metrics         Prometheus text: requests by status, tokens, latency histogram, sessions, queue
 //   another method on these paths: 405 with Allow; another path: 404
@@ -36,6 +38,7 @@ struct ServerOptions {
   size_t queue = 16;                   // requests that may wait for a session; past it, 503
   int threads = 0;                     // threads per session call; 0: max(1, cores / sessions)
   size_t max_context = 0;              // per-session context; 0: the model's max_seq
+  std::string model_name;              // the model's id in /v1/models and `model`; empty: the file's stem
   size_t max_body = 1 << 20;           // request body bytes at most (413 past it, chunked bodies too)
   int timeout_seconds = 10;            // to send one whole request, to take each write, idle keep-alive
   int request_timeout_seconds = 300;   // a completion's limit from arrival (queue wait + generation)
