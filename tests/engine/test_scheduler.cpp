@@ -16,6 +16,8 @@
 #include <cstring>
 #include <mutex>
 #include <map>
+#include <optional>
+#include <stdexcept>
 #include <thread>
 #include <vector>
 
@@ -290,4 +292,56 @@ TEST_CASE("scheduler: log-probabilities are a distribution, top ones sorted, the
     CHECK(mass <= 1.0 + 1e-6);
     CHECK(mass > 0.0);
   }
+}
+
+TEST_CASE("scheduler: custom_step drives a generation with its own rules; withdraw takes a queued request back") {
+  const auto model = toy_model();
+  Scheduler s(model, {.max_running = 1, .max_step_tokens = 16, .prefill_chunk = 8, .step_delay_ms = 1});
+  // Greedy through the built-in generation...
+  ScheduledRequest greedy = request(prompt_of(11, 6), 5, 1);
+  greedy.generate.sampling.temperature = 0;
+  Collector builtin(1);
+  REQUIRE(s.submit(greedy, builtin.callbacks(0)) == Scheduler::Admission::accepted);
+  const Outcome want = builtin.wait()[0];
+  REQUIRE(want.tokens.size() == 5);
+  // ... and the same rule written as a custom step: argmax, five tokens, then stop.
+  std::vector<uint32_t> got;
+  ScheduledRequest custom;
+  custom.prompt = greedy.prompt;
+  custom.custom_step = [&got](std::span<const float> logits, bool full) -> std::optional<uint32_t> {
+    if (got.size() == 5 || full) return std::nullopt;
+    got.push_back(static_cast<uint32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin()));
+    return got.back();
+  };
+  Collector c(1);
+  REQUIRE(s.submit(custom, c.callbacks(0)) == Scheduler::Admission::accepted);
+  const Outcome o = c.wait()[0];
+  CHECK(o.tokens.empty());  // on_token is not called for a custom step
+  CHECK(o.result.error.empty());
+  CHECK(got == want.tokens);
+
+  // withdraw: the second request waits behind a long first one and is taken back; its on_done never runs.
+  Collector long_one(1);
+  Scheduler::RequestId first_id = 0, second_id = 0;
+  REQUIRE(s.submit(request(prompt_of(5, 7), 100, 1), long_one.callbacks(0), &first_id) ==
+          Scheduler::Admission::accepted);
+  std::atomic<bool> second_done{false};
+  Scheduler::Callbacks cb;
+  cb.on_done = [&](ScheduledResult&&) { second_done = true; };
+  REQUIRE(s.submit(request(prompt_of(5, 8), 4, 1), cb, &second_id) == Scheduler::Admission::accepted);
+  CHECK(second_id != first_id);
+  CHECK(s.withdraw(second_id));
+  CHECK_FALSE(s.withdraw(second_id));
+  long_one.wait();
+  CHECK_FALSE(s.withdraw(first_id));  // it ran
+  CHECK_FALSE(second_done.load());
+  // A custom step that throws ends its generation with the error.
+  ScheduledRequest failing;
+  failing.prompt = prompt_of(3, 9);
+  failing.custom_step = [](std::span<const float>, bool) -> std::optional<uint32_t> {
+    throw std::runtime_error("boom");
+  };
+  Collector f(1);
+  REQUIRE(s.submit(failing, f.callbacks(0)) == Scheduler::Admission::accepted);
+  CHECK(f.wait()[0].result.error == "boom");
 }

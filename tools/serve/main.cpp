@@ -1,6 +1,6 @@
 // sqrtdk-serve: an HTTP completion service on one model (see server.h for the endpoints and the concurrency).
 //
-//   sqrtdk-serve --port 8080 --sessions 2 --queue 16
+//   sqrtdk-serve --port 8080 --sessions 8 --queue 16
 //   curl -s 127.0.0.1:8080/v1/completions -d '{"prompt": "Once upon", "max_tokens": 32, "seed": 1}'
 //
 // Prints "listening on HOST:PORT" on stdout once it accepts connections (with --port 0 the port is the one the
@@ -37,13 +37,21 @@ int main(int argc, char** argv) {
   app.add_option("--host", o.host, "address to listen on (loopback by default)")->capture_default_str();
   app.add_option("--port", o.port, "TCP port; 0 = one the system picks (printed)")
       ->check(CLI::Range(0, 65535))->capture_default_str();
-  app.add_option("--sessions", o.sessions, "sessions in the pool (concurrent generations)")
+  app.add_option("--sessions", o.sessions,
+                 "generations stepped together (continuous batching: one GEMM per layer over all of them)")
       ->check(CLI::Range(1, 256))->capture_default_str();
-  app.add_option("--queue", o.queue, "requests that may wait for a session; past it, 503 at once")
+  app.add_option("--queue", o.queue, "requests that may wait to start; past it, 503 at once")
       ->check(CLI::Range(0, 4096))->capture_default_str();
-  app.add_option("--threads", o.threads, "threads per session call; 0 = cores / sessions")
+  app.add_option("--threads", o.threads, "threads per step; 0 = every core")
+      ->check(CLI::Range(0, 256))->capture_default_str();
+  app.add_option("--prefill-chunk", o.prefill_chunk, "prompt tokens per generation per step")
+      ->check(CLI::Range(size_t{1}, size_t{4096}))->capture_default_str();
+  app.add_option("--kv-budget-mb", o.kv_budget_mb,
+                 "KV cache of running generations + the prefix cache, MiB; 0 = --sessions full contexts")
+      ->capture_default_str();
+  app.add_option("--prefix-cache", o.prefix_cache, "prompt prefixes kept for reuse (0 = off)")
       ->check(CLI::Range(0, 1024))->capture_default_str();
-  app.add_option("--context", o.max_context, "context length per session; 0 = the model's max_seq")
+  app.add_option("--context", o.max_context, "context length per request (prompt + tokens); 0 = the model's max_seq")
       ->capture_default_str();
   app.add_option("--max-body", o.max_body, "request body bytes at most (413 past it, chunked bodies too)")
       ->check(CLI::Range(size_t{64}, size_t{1} << 30))->capture_default_str();
@@ -62,7 +70,7 @@ int main(int argc, char** argv) {
   app.add_option("--max-connections", o.max_connections,
                  "open connections at most (past it: 503 and close); 0 = min(4096, open-file limit - 64)")
       ->check(CLI::Range(0, 1 << 20))->capture_default_str();
-  app.add_option("--delay-ms", o.token_delay_ms, "sleep per generated token: simulates a slower model (tests)")
+  app.add_option("--delay-ms", o.token_delay_ms, "sleep after each step that generated tokens: simulates a slower model (tests)")
       ->check(CLI::Range(0, 10000))->group("Testing");
   CLI11_PARSE(app, argc, argv);
 

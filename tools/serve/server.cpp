@@ -20,7 +20,7 @@
 
 #include <sqrtdk/error.h>
 #include <sqrtdk/generate.h>
-#include <sqrtdk/session.h>
+#include <sqrtdk/scheduler.h>
 #include <sqrtdk/tokenizer.h>
 
 #include <utility>  // before Asio: 1.74's headers use std::exchange without including it
@@ -96,259 +96,236 @@ std::thread start_thread(const std::string& what, F&& f) {
 
 // Called with each token (its text, its logprobs) once it is certain not to be part of a stop string.
 using EmitFn = std::function<void(const TokenEvent& event)>;
-// Checked before each token: nullptr to go on, or the finish reason to stop with.
-using InterruptFn = std::function<const char*()>;
+// One completion's per-token rules, driven step by step by the scheduler: sampling, end and stop tokens, stop
+// strings, logprobs, and what a stream may show (never part of a stop string). next() takes each step's logits and
+// says which token to feed next, or that the completion is over.
+class CompletionRun {
+ public:
+  CompletionRun(const Model& model, const CompletionRequest& r, EmitFn emit)
+      : r_(r), emit_(std::move(emit)), sampler_(sampling(r)), eos_id_(model.config().eos_id),
+        tokenizer_(model.tokenizer()) {
+    if (tokenizer_) streamer_.emplace(*tokenizer_, /*skip_special=*/true);
+    c_.finish_reason = finish_reason(StopReason::max_tokens);
+  }
 
-CompletionResult run_completion(Session& session, const CompletionRequest& r, const EmitFn& emit,
-                                const InterruptFn& interrupted, int token_delay_ms) {
-  const ModelConfig& config = session.model().config();
-  const Tokenizer* tokenizer = session.model().tokenizer();
-  std::optional<TokenStreamer> streamer;  // the text of each token as it becomes whole UTF-8
-  if (tokenizer) streamer.emplace(*tokenizer, /*skip_special=*/true);
-  session.reset();
-  SamplingOptions so;
-  so.temperature = r.temperature;
-  so.top_k = r.top_k;
-  so.top_p = r.top_p;
-  so.seed = r.seed;
-  Sampler sampler(so);
-
-  CompletionResult c;
-  std::vector<size_t>& ends = c.text_ends;  // text end offset of each token
-  size_t emitted = 0;
-  auto flush = [&](size_t n_tokens) {
-    for (; emitted < n_tokens; ++emitted) {
-      const size_t begin = emitted ? ends[emitted - 1] : 0;
-      if (emit)
-        emit({c.tokens[emitted], std::string_view(c.text).substr(begin, ends[emitted] - begin),
-              r.logprobs ? &c.logprobs[emitted] : nullptr});
-    }
-  };
-
-  std::span<const float> logits = session.prefill(r.prompt);
-  c.finish_reason = finish_reason(StopReason::max_tokens);
-  bool cut_by_stop = false;
-  while (c.tokens.size() < r.max_tokens) {
-    if (const char* why = interrupted()) {
-      c.finish_reason = why;
-      break;
-    }
-    const uint32_t token = sampler.sample(logits);
-    const bool end_token = tokenizer ? std::find(tokenizer->stop_ids().begin(), tokenizer->stop_ids().end(), token) !=
-                                           tokenizer->stop_ids().end()
-                                     : token == config.eos_id;
+  // The logits after the prompt or the last token; context_full: no room for another token.
+  std::optional<uint32_t> next(std::span<const float> logits, bool context_full) {
+    std::vector<size_t>& ends = c_.text_ends;
+    const uint32_t token = sampler_.sample(logits);
+    const bool end_token = tokenizer_ ? std::find(tokenizer_->stop_ids().begin(), tokenizer_->stop_ids().end(),
+                                                  token) != tokenizer_->stop_ids().end()
+                                      : token == eos_id_;
     if (end_token) {
-      c.finish_reason = finish_reason(StopReason::eos);
-      break;
+      c_.finish_reason = finish_reason(StopReason::eos);
+      return std::nullopt;
     }
-    if (std::find(r.stop_tokens.begin(), r.stop_tokens.end(), token) != r.stop_tokens.end()) {
-      c.finish_reason = finish_reason(StopReason::stop_token);
-      break;
+    if (std::find(r_.stop_tokens.begin(), r_.stop_tokens.end(), token) != r_.stop_tokens.end()) {
+      c_.finish_reason = finish_reason(StopReason::stop_token);
+      return std::nullopt;
     }
-    if (token_delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(token_delay_ms));
-    c.tokens.push_back(token);
-    if (r.logprobs) c.logprobs.push_back(token_logprobs(logits, token, r.top_logprobs));
-    if (streamer) c.text += streamer->push(token);
-    ends.push_back(c.text.size());
+    c_.tokens.push_back(token);
+    if (r_.logprobs) c_.logprobs.push_back(token_logprobs(logits, token, r_.top_logprobs));
+    if (streamer_) c_.text += streamer_->push(token);
+    ends.push_back(c_.text.size());
 
-    bool stopped = false;
-    for (const std::string& stop : r.stop_texts) {
-      if (c.text.size() >= stop.size() && c.text.compare(c.text.size() - stop.size(), stop.size(), stop) == 0) {
+    for (const std::string& stop : r_.stop_texts) {
+      if (c_.text.size() >= stop.size() && c_.text.compare(c_.text.size() - stop.size(), stop.size(), stop) == 0) {
         // Drop the stop string and the tokens that end inside it (a BPE token may straddle its start: its text
         // before the stop string stays).
-        const size_t cut = c.text.size() - stop.size();
+        const size_t cut = c_.text.size() - stop.size();
         size_t keep = 0;
         while (keep < ends.size() && ends[keep] <= cut) ++keep;
-        c.tokens.resize(keep);
+        c_.tokens.resize(keep);
         ends.resize(keep);
-        if (r.logprobs) c.logprobs.resize(keep);
-        c.text.resize(cut);
-        stopped = true;
-        break;
+        if (r_.logprobs) c_.logprobs.resize(keep);
+        c_.text.resize(cut);
+        c_.finish_reason = finish_reason(StopReason::stop_string);
+        cut_by_stop_ = true;
+        return std::nullopt;
       }
-    }
-    if (stopped) {
-      c.finish_reason = finish_reason(StopReason::stop_string);
-      cut_by_stop = true;
-      break;
     }
     // Hold back the tokens that might begin a stop string, so a stream never shows part of one.
     size_t hold = 0;
-    for (const std::string& stop : r.stop_texts) {
-      for (size_t len = std::min(stop.size() - 1, c.text.size()); len > hold; --len) {
-        if (c.text.compare(c.text.size() - len, len, stop, 0, len) == 0) {
+    for (const std::string& stop : r_.stop_texts) {
+      for (size_t len = std::min(stop.size() - 1, c_.text.size()); len > hold; --len) {
+        if (c_.text.compare(c_.text.size() - len, len, stop, 0, len) == 0) {
           hold = len;
           break;
         }
       }
     }
-    size_t safe = c.tokens.size();
-    while (safe > 0 && ends[safe - 1] > c.text.size() - hold) --safe;
+    size_t safe = c_.tokens.size();
+    while (safe > 0 && ends[safe - 1] > c_.text.size() - hold) --safe;
     // A last token with no text yet may hold part of a character: if generation ends there, its U+FFFD (below)
     // must reach the stream too.
-    if (streamer && safe == c.tokens.size() && ends.back() == (safe > 1 ? ends[safe - 2] : 0)) --safe;
+    if (streamer_ && safe == c_.tokens.size() && ends.back() == (safe > 1 ? ends[safe - 2] : 0)) --safe;
     flush(safe);
-    if (c.tokens.size() == r.max_tokens) break;
-    if (session.n_past() >= session.max_context()) {
-      c.finish_reason = finish_reason(StopReason::context_full);
-      break;
+    if (c_.tokens.size() == r_.max_tokens) return std::nullopt;
+    if (context_full) {
+      c_.finish_reason = finish_reason(StopReason::context_full);
+      return std::nullopt;
     }
-    logits = session.decode(token);
+    return token;
   }
-  if (streamer && !cut_by_stop && !c.tokens.empty()) {  // an incomplete character at the end becomes U+FFFD
-    c.text += streamer->finish();
-    ends.back() = c.text.size();
+
+  // Stopped from outside ("cancelled", "time_limit").
+  void interrupt(const char* why) { c_.finish_reason = why; }
+
+  // Emits what was held back and returns the result; call once, after the last next().
+  CompletionResult finish() {
+    if (streamer_ && !cut_by_stop_ && !c_.tokens.empty()) {  // an incomplete character at the end becomes U+FFFD
+      c_.text += streamer_->finish();
+      c_.text_ends.back() = c_.text.size();
+    }
+    flush(c_.tokens.size());
+    return std::move(c_);
   }
-  flush(c.tokens.size());
-  return c;
-}
 
-// ---- the session pool: one worker thread per session, pulling completion jobs from a bounded queue ----
+ private:
+  static SamplingOptions sampling(const CompletionRequest& r) {
+    SamplingOptions so;
+    so.temperature = r.temperature;
+    so.top_k = r.top_k;
+    so.top_p = r.top_p;
+    so.seed = r.seed;
+    return so;
+  }
+  void flush(size_t n_tokens) {
+    for (; emitted_ < n_tokens; ++emitted_) {
+      const size_t begin = emitted_ ? c_.text_ends[emitted_ - 1] : 0;
+      if (emit_)
+        emit_({c_.tokens[emitted_], std::string_view(c_.text).substr(begin, c_.text_ends[emitted_] - begin),
+               r_.logprobs ? &c_.logprobs[emitted_] : nullptr});
+    }
+  }
 
-// One completion on its way through the pool, shared by the connection that made it and the worker running it.
+  const CompletionRequest& r_;  // the Job's, which outlives the run
+  EmitFn emit_;
+  Sampler sampler_;
+  uint32_t eos_id_;
+  const Tokenizer* tokenizer_;
+  std::optional<TokenStreamer> streamer_;  // the text of each token as it becomes whole UTF-8
+  CompletionResult c_;
+  size_t emitted_ = 0;
+  bool cut_by_stop_ = false;
+};
+
+// ---- the scheduler pool: completions stepped together by one sqrtdk::Scheduler (continuous batching) ----
+
+// One completion on its way through the scheduler, shared by the connection that made it and the scheduler thread.
 struct Job {
   Job(CompletionRequest r, Clock::time_point d, std::function<void()> n)
       : request(std::move(r)), deadline(d), notify(std::move(n)) {}
   const CompletionRequest request;
   const Clock::time_point deadline;    // the per-request time limit
-  const std::function<void()> notify;  // wakes the connection; called from the worker thread
-  std::atomic<bool> cancelled{false};  // the client left or the drain cut it: stop at the next token
+  const std::function<void()> notify;  // wakes the connection; called from the scheduler thread
+  std::atomic<bool> cancelled{false};  // the client left or the drain cut it: stop at the next step
+  std::atomic<bool> started{false};    // it left the queue (the time limit then stops it; queued, it is withdrawn)
+  Scheduler::RequestId id = 0;         // for withdraw()
 
   enum class State { queued, running, done, dropped };  // dropped: refused by the drain before it ran
   std::mutex m;  // guards what follows
   State state = State::queued;
   std::string events;  // Server-Sent Events produced and not yet sent (streaming)
-  std::optional<StreamEncoder> stream;  // streaming: its chunks (the worker's until done, then the connection's)
+  std::optional<StreamEncoder> stream;  // streaming: its chunks (the scheduler's until done, then the connection's)
   CompletionResult result;
   std::string error;  // what the engine threw, if it did
+  bool out_of_memory = false;  // error is an allocation failure (a 503: retry later), not a bug (a 500)
 };
 
-class SessionPool {
+class SchedulerPool {
  public:
-  using RunFn = std::function<void(Session&, Job&)>;  // must not throw
-  enum class Admission { accepted, full, closed };
+  enum class Admission { accepted, full, closed, too_large };  // too_large: its KV exceeds the whole budget
+  using DoneFn = std::function<void(const CompletionResult&)>;  // metrics; runs on the scheduler thread
 
-  SessionPool(const std::shared_ptr<const Model>& model, size_t n_sessions, size_t queue_capacity,
-              const SessionOptions& options, RunFn run)
-      : queue_capacity_(queue_capacity), run_(std::move(run)) {
-    // Every session before any thread: one that does not fit (its KV cache) throws with nothing to stop.
-    for (size_t i = 0; i < n_sessions; ++i) sessions_.push_back(std::make_unique<Session>(model, options));
-    running_.resize(n_sessions);
-    try {
-      for (size_t i = 0; i < n_sessions; ++i) workers_.push_back(start_thread("session worker", [this, i] { work(i); }));
-    } catch (...) {
-      shut_down();
-      throw;
-    }
-  }
-  ~SessionPool() { shut_down(); }
-  SessionPool(const SessionPool&) = delete;
-  SessionPool& operator=(const SessionPool&) = delete;
+  SchedulerPool(const std::shared_ptr<const Model>& model, const SchedulerOptions& options, DoneFn on_done)
+      : model_(model), on_done_(std::move(on_done)), scheduler_(model, options) {}
 
-  Admission submit(std::shared_ptr<Job> job) {
-    {
-      std::lock_guard lk(m_);
-      if (closed_) return Admission::closed;
-      if (busy_ + queue_.size() >= sessions_.size() + queue_capacity_) return Admission::full;
-      queue_.push_back(std::move(job));
-    }
-    cv_.notify_one();
-    return Admission::accepted;
-  }
-  // Takes a job out of the queue; false if a worker has it already.
-  bool withdraw(const std::shared_ptr<Job>& job) {
-    std::lock_guard lk(m_);
-    const auto it = std::find(queue_.begin(), queue_.end(), job);
-    if (it == queue_.end()) return false;
-    queue_.erase(it);
-    return true;
-  }
-  // The drain: refuse new jobs and drop the queued ones (their connections answer 503); running jobs go on.
-  void close() {
-    std::deque<std::shared_ptr<Job>> dropped;
-    {
-      std::lock_guard lk(m_);
-      closed_ = true;
-      dropped.swap(queue_);
-    }
-    for (auto& job : dropped) {
-      {
-        std::lock_guard lk(job->m);
-        job->state = Job::State::dropped;
-      }
-      job->notify();
-    }
-  }
-
-  size_t size() const { return sessions_.size(); }
-  size_t in_use() const {
-    std::lock_guard lk(m_);
-    return busy_;
-  }
-  size_t waiting() const {
-    std::lock_guard lk(m_);
-    return queue_.size();
-  }
-  size_t queue_capacity() const { return queue_capacity_; }
-
- private:
-  void work(size_t i) {
-    for (;;) {
-      std::shared_ptr<Job> job;
-      {
-        std::unique_lock lk(m_);
-        cv_.wait(lk, [&] { return quit_ || !queue_.empty(); });
-        if (quit_) return;
-        job = queue_.front();
-        queue_.pop_front();
-        ++busy_;
-        running_[i] = job;
-      }
+  Admission submit(const std::shared_ptr<Job>& job) {
+    EmitFn emit;
+    if (job->stream)
+      emit = [raw = job.get()](const TokenEvent& event) {
+        std::string chunk = raw->stream->token(event);  // the encoder is the scheduler's until the job is done
+        {
+          std::lock_guard lk(raw->m);
+          raw->events += chunk;
+        }
+        raw->notify();
+      };
+    auto run = std::make_shared<CompletionRun>(*model_, job->request, std::move(emit));
+    ScheduledRequest request;
+    request.prompt = job->request.prompt;
+    request.generate.max_new_tokens = job->request.max_tokens;  // the KV reservation: prompt + max_tokens
+    request.custom_step = [run](std::span<const float> logits, bool full) { return run->next(logits, full); };
+    Scheduler::Callbacks cb;
+    cb.on_start = [job] {
+      job->started = true;
       {
         std::lock_guard lk(job->m);
         job->state = Job::State::running;
       }
       job->notify();
-      run_(*sessions_[i], *job);
-      {
-        std::lock_guard lk(m_);
-        --busy_;
-        running_[i] = nullptr;
+    };
+    // Reads atomics only (it runs under the scheduler's lock while queued).
+    cb.cancelled = [job] { return job->cancelled.load() || (job->started.load() && Clock::now() >= job->deadline); };
+    cb.on_done = [this, job, run](ScheduledResult&& r) {
+      if (!r.started) {  // the drain dropped it from the queue, or its client left while it waited
+        {
+          std::lock_guard lk(job->m);
+          job->state = Job::State::dropped;
+        }
+        job->notify();
+        return;
       }
+      if (r.result.stop_reason == StopReason::callback) run->interrupt(job->cancelled ? "cancelled" : "time_limit");
+      CompletionResult result = run->finish();
+      if (on_done_) on_done_(result);
       {
         std::lock_guard lk(job->m);
+        job->result = std::move(result);
+        job->error = std::move(r.error);
+        job->out_of_memory = r.out_of_memory;
         job->state = Job::State::done;
       }
       job->notify();
+    };
+    try {
+      switch (scheduler_.submit(std::move(request), std::move(cb), &job->id)) {
+        case Scheduler::Admission::accepted: return Admission::accepted;
+        case Scheduler::Admission::closed: return Admission::closed;
+        case Scheduler::Admission::queue_full: return Admission::full;
+        case Scheduler::Admission::too_large: return Admission::too_large;
+      }
+    } catch (const std::exception&) {
+      // The parser checked the request against the model already; an engine refusal here is a full server.
     }
+    return Admission::full;
   }
+  // Takes a job out of the queue; false if it started already.
+  bool withdraw(const std::shared_ptr<Job>& job) { return scheduler_.withdraw(job->id); }
+  // The drain: refuse new jobs and drop the queued ones (their connections answer 503); running jobs go on.
+  void close() { scheduler_.close(); }
 
-  void shut_down() {
-    {
-      std::lock_guard lk(m_);
-      quit_ = true;
-      for (auto& job : running_)
-        if (job) job->cancelled = true;
-    }
-    cv_.notify_all();
-    for (auto& w : workers_)
-      if (w.joinable()) w.join();
-  }
+  size_t size() const { return scheduler_.options().max_running; }
+  size_t in_use() const { return scheduler_.stats().running; }
+  size_t waiting() const { return scheduler_.stats().queued; }
+  size_t queue_capacity() const { return scheduler_.options().max_queue; }
+  SchedulerStats stats() const { return scheduler_.stats(); }
+  const SchedulerOptions& options() const { return scheduler_.options(); }
 
-  const size_t queue_capacity_;
-  const RunFn run_;
-  std::vector<std::unique_ptr<Session>> sessions_;
-  std::vector<std::thread> workers_;  // workers_[i] runs sessions_[i]
-  mutable std::mutex m_;              // guards what follows
-  std::condition_variable cv_;
-  std::deque<std::shared_ptr<Job>> queue_;
-  std::vector<std::shared_ptr<Job>> running_;  // running_[i]: the job of worker i, or null
-  size_t busy_ = 0;
-  bool closed_ = false;
-  bool quit_ = false;
+ private:
+  std::shared_ptr<const Model> model_;
+  DoneFn on_done_;
+  Scheduler scheduler_;  // last: its thread calls on_done_ and the jobs; destroyed (joined) first
 };
 
 // ---- metrics ----
+
+std::string fixed6(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.6f", v);
+  return buf;
+}
 
 class Metrics {
  public:
@@ -374,7 +351,7 @@ class Metrics {
   std::atomic<uint64_t> disconnects{0};
   std::atomic<uint64_t> refused_connections{0};
 
-  std::string text(const SessionPool& pool, size_t open_connections) const {
+  std::string text(const SchedulerPool& pool, size_t open_connections) const {
     std::string s;
     auto line = [&](const std::string& l) { s += l + "\n"; };
     std::lock_guard lk(m_);
@@ -405,18 +382,59 @@ class Metrics {
     std::snprintf(buf, sizeof buf, "%.6f", latency_sum_);
     line(std::string("sqrtdk_request_duration_seconds_sum ") + buf);
     line("sqrtdk_request_duration_seconds_count " + std::to_string(latency_count_));
-    line("# HELP sqrtdk_sessions Sessions in the pool.");
-    line("# TYPE sqrtdk_sessions gauge");
-    line("sqrtdk_sessions " + std::to_string(pool.size()));
-    line("# HELP sqrtdk_sessions_in_use Sessions serving a request now.");
-    line("# TYPE sqrtdk_sessions_in_use gauge");
-    line("sqrtdk_sessions_in_use " + std::to_string(pool.in_use()));
-    line("# HELP sqrtdk_queue_depth Requests waiting for a session now.");
-    line("# TYPE sqrtdk_queue_depth gauge");
-    line("sqrtdk_queue_depth " + std::to_string(pool.waiting()));
-    line("# HELP sqrtdk_queue_capacity Requests that may wait; past it, 503.");
-    line("# TYPE sqrtdk_queue_capacity gauge");
-    line("sqrtdk_queue_capacity " + std::to_string(pool.queue_capacity()));
+    const SchedulerStats st = pool.stats();
+    const SchedulerOptions& so = pool.options();
+    auto gauge = [&](const char* name, const char* help, const std::string& value) {
+      line(std::string("# HELP ") + name + " " + help);
+      line(std::string("# TYPE ") + name + " gauge");
+      line(std::string(name) + " " + value);
+    };
+    auto counter = [&](const char* name, const char* help, uint64_t value) {
+      line(std::string("# HELP ") + name + " " + help);
+      line(std::string("# TYPE ") + name + " counter");
+      line(std::string(name) + " " + std::to_string(value));
+    };
+    // The model-server protocol of the Kubernetes Gateway API Inference Extension reads three gauges: queued
+    // requests, running requests and KV-cache utilization (0..1). vLLM names them num_requests_waiting,
+    // num_requests_running and kv_cache_usage_perc; these are sqrtdk's, same meanings.
+    gauge("sqrtdk_num_requests_waiting", "Requests queued, waiting for a generation slot or KV memory.",
+          std::to_string(st.queued));
+    gauge("sqrtdk_num_requests_running", "Requests generating now (stepped together).", std::to_string(st.running));
+    gauge("sqrtdk_kv_cache_usage_perc",
+          "KV memory reserved by running requests and the prefix cache, as a fraction of the budget (0..1).",
+          fixed6(st.kv_budget_bytes ? static_cast<double>(st.kv_reserved_bytes) / st.kv_budget_bytes : 0.0));
+    gauge("sqrtdk_kv_cache_bytes", "KV cache bytes allocated now.", std::to_string(st.kv_used_bytes));
+    gauge("sqrtdk_kv_cache_budget_bytes", "KV cache budget (--kv-budget-mb).", std::to_string(st.kv_budget_bytes));
+    gauge("sqrtdk_sessions", "Generations that may run together (--sessions).", std::to_string(so.max_running));
+    gauge("sqrtdk_sessions_in_use", "Generations running now (same as sqrtdk_num_requests_running).",
+          std::to_string(st.running));
+    gauge("sqrtdk_queue_depth", "Requests waiting to start now (same as sqrtdk_num_requests_waiting).",
+          std::to_string(st.queued));
+    gauge("sqrtdk_queue_capacity", "Requests that may wait; past it, 503.", std::to_string(so.max_queue));
+    gauge("sqrtdk_prefix_cache_entries", "Prompt prefixes kept for reuse.", std::to_string(st.prefix_entries));
+    counter("sqrtdk_prefix_cache_hits_total", "Requests that started from a kept prefix.", st.prefix_hits);
+    counter("sqrtdk_prefix_cache_misses_total", "Requests that found no kept prefix.", st.prefix_misses);
+    counter("sqrtdk_prefix_cache_tokens_total", "Prompt tokens taken from kept prefixes (not prefilled).",
+            st.prefix_tokens_reused);
+    gauge("sqrtdk_prefix_cache_hit_rate", "prefix hits / (hits + misses) since start.",
+          fixed6(st.prefix_hits + st.prefix_misses
+                     ? static_cast<double>(st.prefix_hits) / static_cast<double>(st.prefix_hits + st.prefix_misses)
+                     : 0.0));
+    counter("sqrtdk_steps_total", "Forward steps of the scheduler.", st.steps);
+    counter("sqrtdk_step_tokens_total", "Tokens (rows) in all steps: decode tokens and prompt chunks.", st.step_rows);
+    counter("sqrtdk_prompt_tokens_prefilled_total", "Prompt tokens run through the model.", st.prompt_tokens);
+    // Steps by generations in them: a histogram with le = 1, 2, 4, ..., 64.
+    line("# HELP sqrtdk_batch_size Generations in one step.");
+    line("# TYPE sqrtdk_batch_size histogram");
+    uint64_t cumulative = 0;
+    static constexpr const char* kLe[] = {"1", "2", "4", "8", "16", "32", "64"};
+    for (size_t b = 0; b < 7; ++b) {
+      cumulative += st.step_sequences_histogram[b];
+      line(std::string("sqrtdk_batch_size_bucket{le=\"") + kLe[b] + "\"} " + std::to_string(cumulative));
+    }
+    line("sqrtdk_batch_size_bucket{le=\"+Inf\"} " + std::to_string(cumulative + st.step_sequences_histogram[7]));
+    line("sqrtdk_batch_size_sum " + std::to_string(st.step_sequences));
+    line("sqrtdk_batch_size_count " + std::to_string(st.steps));
     line("# HELP sqrtdk_open_connections Client connections open now.");
     line("# TYPE sqrtdk_open_connections gauge");
     line("sqrtdk_open_connections " + std::to_string(open_connections));
@@ -528,8 +546,8 @@ class ServerImpl {
         acceptor_(control_),
         grace_timer_(control_),
         max_connections_(max_connections(options)),
-        pool_(model_, options.sessions, options.queue, session_options(*model_, options),
-              [this](Session& s, Job& job) { run_job(s, job); }) {
+        pool_(model_, scheduler_options(*model_, options),
+              [this](const CompletionResult& r) { metrics_.generated_tokens += r.tokens.size(); }) {
     limits_.max_context = pool_context(*model_, options);
   }
 
@@ -540,12 +558,19 @@ class ServerImpl {
   static size_t pool_context(const Model& model, const ServerOptions& o) {
     return o.max_context ? o.max_context : model.config().max_seq;
   }
-  static SessionOptions session_options(const Model& model, const ServerOptions& o) {
+  static SchedulerOptions scheduler_options(const Model& model, const ServerOptions& o) {
     if (o.sessions == 0) throw Error("--sessions must be at least 1");
-    SessionOptions so;
+    SchedulerOptions so;
     so.max_context = pool_context(model, o);
-    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    so.n_threads = o.threads > 0 ? o.threads : std::max(1, cores / static_cast<int>(o.sessions));
+    so.max_running = o.sessions;
+    so.max_queue = o.queue;
+    so.prefill_chunk = o.prefill_chunk;
+    // Every running generation's decode token plus a few prompt chunks per step.
+    so.max_step_tokens = o.sessions + 4 * o.prefill_chunk;
+    so.kv_budget_bytes = o.kv_budget_mb << 20;
+    so.prefix_cache_entries = o.prefix_cache;
+    so.n_threads = o.threads;  // 0: every core (one scheduler thread drives all generations)
+    so.step_delay_ms = o.token_delay_ms;
     return so;
   }
   // Each connection holds a file descriptor: stay under the process's limit, with room for the model and logs.
@@ -628,6 +653,10 @@ class ServerImpl {
         co_await backoff.async_wait(asio::redirect_error(use_awaitable, ec));
         continue;
       }
+      // No Nagle: a stream's events are small writes; with Nagle each waited for the client's delayed ACK (~40 ms
+      // on a reused connection: found by bench-serve, the tokens of a stream arrived together).
+      accepted.set_option(tcp::no_delay(true), ec);
+      ec = {};
       auto c = std::make_shared<Connection>(tcp::socket(std::move(accepted)));
       bool refused = false;
       {
@@ -793,7 +822,9 @@ class ServerImpl {
                                 options_.model_name + "'",
                        "model", "model_not_found");
     } else if (path == "/healthz") {
-      r.body = dump(json{{"status", "ok"},
+      // Draining: a load balancer's health check fails at once (and new connections are refused anyway).
+      if (draining_) r.status = 503;
+      r.body = dump(json{{"status", draining_ ? "draining" : "ok"},
                          {"sessions", pool_.size()},
                          {"sessions_in_use", pool_.in_use()},
                          {"queue_depth", pool_.waiting()},
@@ -807,36 +838,6 @@ class ServerImpl {
   }
 
   // ---- completions ----
-
-  // Runs on a session worker thread.
-  void run_job(Session& session, Job& job) {
-    EmitFn emit;
-    if (job.stream)
-      emit = [&job](const TokenEvent& event) {
-        std::string chunk = job.stream->token(event);  // the encoder is this thread's until the job is done
-        {
-          std::lock_guard lk(job.m);
-          job.events += chunk;
-        }
-        job.notify();
-      };
-    auto interrupted = [&job]() -> const char* {
-      if (job.cancelled) return "cancelled";
-      if (Clock::now() >= job.deadline) return "time_limit";
-      return nullptr;
-    };
-    CompletionResult result;
-    std::string error;
-    try {
-      result = run_completion(session, job.request, emit, interrupted, options_.token_delay_ms);
-    } catch (const std::exception& e) {
-      error = e.what();
-    }
-    metrics_.generated_tokens += result.tokens.size();
-    std::lock_guard lk(job.m);
-    job.result = std::move(result);
-    job.error = std::move(error);
-  }
 
   // The bytes of one token, for logprobs.
   std::string token_text(uint32_t token) const {
@@ -871,15 +872,27 @@ class ServerImpl {
       job->stream.emplace(info, job->request, [this](uint32_t token) { return token_text(token); });
       job->events = job->stream->start();  // sent with the headers, once a session runs the job
     }
-    const SessionPool::Admission admission = pool_.submit(job);
-    if (admission != SessionPool::Admission::accepted) {
-      if (admission == SessionPool::Admission::full) ++metrics_.rejected;
-      Reply r = json_error(503, admission == SessionPool::Admission::closed
+    const SchedulerPool::Admission admission = pool_.submit(job);
+    if (admission == SchedulerPool::Admission::too_large) {  // it could never run: the client must ask for less
+      const SchedulerOptions& so = pool_.options();
+      co_return co_await send(
+          c,
+          json_error(400,
+                     "prompt + max_tokens (" + std::to_string(job->request.prompt.size() + job->request.max_tokens) +
+                         " tokens) need more KV cache than this server's whole budget of " +
+                         std::to_string(so.kv_budget_bytes >> 20) + " MiB (--kv-budget-mb); ask for fewer max_tokens",
+                     "max_tokens", "context_length_exceeded"),
+          version, keep_alive);
+    }
+    if (admission != SchedulerPool::Admission::accepted) {
+      if (admission == SchedulerPool::Admission::full) ++metrics_.rejected;
+      Reply r = json_error(503, admission == SchedulerPool::Admission::closed
                                     ? std::string("the server is shutting down")
-                                    : "all " + std::to_string(pool_.size()) + " sessions are busy and the queue of " +
+                                    : "all " + std::to_string(pool_.size()) +
+                                          " generation slots are busy (or the KV budget is spent) and the queue of " +
                                           std::to_string(pool_.queue_capacity()) + " is full; retry later");
       r.headers.emplace_back(http::field::retry_after, "1");
-      r.close = admission == SessionPool::Admission::closed;
+      r.close = admission == SchedulerPool::Admission::closed;
       co_return co_await send(c, r, version, keep_alive);
     }
     metrics_.prompt_tokens += prompt_tokens;
@@ -936,7 +949,7 @@ class ServerImpl {
       }
       if (state == Job::State::queued && Clock::now() >= job->deadline && pool_.withdraw(job)) {
         co_await stop_watching(c);
-        Reply r = json_error(503, "no session became free within the request time limit of " +
+        Reply r = json_error(503, "no generation slot became free within the request time limit of " +
                                       std::to_string(options_.request_timeout_seconds) + " s");
         r.headers.emplace_back(http::field::retry_after, "1");
         co_return co_await send(c, r, version, keep_alive);
@@ -964,12 +977,19 @@ class ServerImpl {
 
     CompletionResult result;
     std::string error;
+    bool out_of_memory = false;
     {
-      std::lock_guard lk(job->m);  // the worker is done with the job: this only orders our reads after its writes
+      std::lock_guard lk(job->m);  // the scheduler is done with the job: this only orders our reads after its writes
       result = std::move(job->result);
       error = std::move(job->error);
+      out_of_memory = job->out_of_memory;
     }
     if (!streaming) {
+      if (out_of_memory) {  // its KV cache could not be allocated: nothing is wrong with the request
+        Reply r = json_error(503, error);
+        r.headers.emplace_back(http::field::retry_after, "1");
+        co_return co_await send(c, r, version, keep_alive);
+      }
       if (!error.empty()) co_return co_await send(c, json_error(500, error), version, keep_alive);
       Reply r;
       r.body = dump(completion_response(info, job->request, result, prompt_tokens,
@@ -1032,7 +1052,7 @@ class ServerImpl {
   Metrics metrics_;
   std::atomic<uint64_t> next_id_{0};
   const int64_t started_ = unix_seconds();  // the model's "created" in /v1/models
-  SessionPool pool_;  // last: its workers (which call run_job) stop first
+  SchedulerPool pool_;  // last: its scheduler thread (which calls into jobs and metrics_) stops first
 };
 
 Server::Server(std::shared_ptr<const Model> model, const ServerOptions& options)

@@ -30,6 +30,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -56,6 +57,12 @@ struct ScheduledRequest {
   GenerateOptions generate;
   size_t top_logprobs = 0;  // > 0: each TokenEvent carries the top this-many tokens' log-probabilities (at most 20)
   bool logprobs = false;    // each TokenEvent carries the chosen token's log-probability
+  // Advanced: your own per-token rules instead of the built-in generation (then `generate`, the logprobs fields and
+  // Callbacks::on_token are unused, and ScheduledResult::result stays empty). Called on the scheduler thread with
+  // the logits after the prompt, then after each token it returned; returns the next token to feed, or nullopt
+  // when the generation is over. context_full: the context has no room for another token. May throw (the
+  // generation then ends with ScheduledResult::error).
+  std::function<std::optional<uint32_t>(std::span<const float> logits, bool context_full)> custom_step;
 };
 
 struct TokenLogprob {
@@ -74,6 +81,7 @@ struct TokenEvent {
 struct ScheduledResult {
   GenerateResult result;             // tokens, text, stop_reason (callback: cancelled or on_token said stop)
   std::string error;                 // non-empty: the generation failed (e.g. NaN logits); result is partial
+  bool out_of_memory = false;        // error is an allocation failure (its KV cache): retry later, not a bug
   size_t prompt_tokens = 0;
   size_t cached_prompt_tokens = 0;   // prompt tokens taken from the prefix cache (not prefilled)
   bool started = false;              // false: it ended in the queue (cancel, shutdown); nothing was computed
@@ -87,7 +95,7 @@ struct SchedulerStats {
   size_t kv_used_bytes = 0, kv_reserved_bytes = 0, kv_budget_bytes = 0;  // allocated; promised to running + cache
   size_t prefix_entries = 0, prefix_cache_bytes = 0;
   uint64_t prefix_hits = 0, prefix_misses = 0, prefix_tokens_reused = 0;
-  uint64_t steps = 0, step_rows = 0, generated_tokens = 0, prompt_tokens = 0;
+  uint64_t steps = 0, step_rows = 0, step_sequences = 0, generated_tokens = 0, prompt_tokens = 0;
   // Steps by running generations in them: [1], [2], [3-4], [5-8], [9-16], [17-32], [33-64], [65+].
   std::array<uint64_t, 8> step_sequences_histogram{};
 };
@@ -97,11 +105,14 @@ class SchedulerImpl;
 class Scheduler {
  public:
   struct Callbacks {
-    std::function<void()> on_start;                        // it left the queue: its first step is next
+    std::function<void()> on_start;                        // it left the queue, its KV cache exists: it runs
     std::function<bool(const TokenEvent&)> on_token;      // false: stop this generation (StopReason::callback)
     std::function<void(ScheduledResult&&)> on_done;        // exactly once per accepted request
-    std::function<bool()> cancelled;                       // polled each step (queued or running): true stops it
+    // Polled each step, queued or running: true stops it. For queued requests it runs under the scheduler's lock:
+    // keep it to reading flags (no calls into the Scheduler).
+    std::function<bool()> cancelled;
   };
+  using RequestId = uint64_t;
   enum class Admission {
     accepted,
     queue_full,  // max_queue requests wait already
@@ -118,7 +129,11 @@ class Scheduler {
 
   // Validates the request (throws sqrtdk::Error naming the field: empty prompt, ids out of range, bad sampling
   // options, stop strings without a tokenizer) and queues it. Thread-safe.
-  Admission submit(ScheduledRequest request, Callbacks callbacks);
+  // `id` (optional) receives the request's id, for withdraw().
+  Admission submit(ScheduledRequest request, Callbacks callbacks, RequestId* id = nullptr);
+  // Takes a request out of the queue if it has not started: true if it was there (its on_done is then never
+  // called: the caller answers for it), false if it started or ended already. Thread-safe.
+  bool withdraw(RequestId id);
   // Stop accepting; queued requests end with started = false; running ones finish. Thread-safe.
   void close();
   SchedulerStats stats() const;

@@ -34,10 +34,18 @@ struct Pending {
   ScheduledRequest request;
   Scheduler::Callbacks callbacks;
   double submitted = 0;
+  Scheduler::RequestId id = 0;
 };
 
 struct Running {
-  Running(const Model& model, Pending&& p) : pending(std::move(p)), gen(model, pending.request.generate) {}
+  Running(const Model& model, Pending&& p) : pending(std::move(p)), gen(model, generate_options(pending.request)) {}
+  // A custom_step request has no built-in generation: a neutral one (never sampled from) stands in.
+  static GenerateOptions generate_options(const ScheduledRequest& r) {
+    if (!r.custom_step) return r.generate;
+    GenerateOptions neutral;
+    neutral.stop_at_eos = false;
+    return neutral;
+  }
   Pending pending;
   Generation gen;
   Batch::SequenceId sequence = 0;
@@ -94,7 +102,7 @@ class SchedulerImpl {
     return o;
   }
 
-  Scheduler::Admission submit(ScheduledRequest request, Scheduler::Callbacks callbacks) {
+  Scheduler::Admission submit(ScheduledRequest request, Scheduler::Callbacks callbacks, Scheduler::RequestId* id) {
     const ModelConfig& c = model_->config();
     if (request.prompt.empty()) throw Error("Scheduler::submit: the prompt is empty");
     for (size_t i = 0; i < request.prompt.size(); ++i)
@@ -105,18 +113,31 @@ class SchedulerImpl {
     if (request.top_logprobs > 20) throw Error("Scheduler::submit: top_logprobs must be <= 20");
     request.generate.on_token = nullptr;
     request.generate.on_text = nullptr;
-    { Generation check(*model_, request.generate); }  // stop strings without a tokenizer, empty stop strings
+    if (!request.custom_step) {
+      Generation check(*model_, request.generate);  // stop strings without a tokenizer, empty stop strings
+    }
     if (request.prompt.size() > options_.max_context || reservation(request) > options_.kv_budget_bytes)
       return Scheduler::Admission::too_large;
     {
       std::lock_guard lk(m_);
       if (closed_) return Scheduler::Admission::closed;
       if (queue_.size() >= options_.max_queue) return Scheduler::Admission::queue_full;
-      queue_.push_back(Pending{std::move(request), std::move(callbacks), now_seconds()});
+      const Scheduler::RequestId rid = ++next_request_id_;
+      if (id) *id = rid;
+      queue_.push_back(Pending{std::move(request), std::move(callbacks), now_seconds(), rid});
       stats_.queued = queue_.size();
     }
     cv_.notify_all();
     return Scheduler::Admission::accepted;
+  }
+
+  bool withdraw(Scheduler::RequestId id) {
+    std::lock_guard lk(m_);
+    const auto it = std::find_if(queue_.begin(), queue_.end(), [&](const Pending& p) { return p.id == id; });
+    if (it == queue_.end()) return false;
+    queue_.erase(it);
+    stats_.queued = queue_.size();
+    return true;
   }
 
   void close() {
@@ -141,30 +162,24 @@ class SchedulerImpl {
 
   void loop() {
     for (;;) {
-      std::deque<Pending> queued;
+      std::vector<Pending> ended;  // queued requests cancelled or dropped by close(): on_done outside the lock
       bool stopping = false, closed = false;
       {
         std::unique_lock lk(m_);
         cv_.wait(lk, [&] { return stopping_ || closed_ || !queue_.empty() || !running_.empty(); });
         stopping = stopping_;
         closed = closed_;
-        queued.swap(queue_);  // checked for cancels outside the lock (callbacks may take the caller's locks)
-      }
-      // Queued requests that were cancelled or that the shutdown drops end now, without a step.
-      for (auto it = queued.begin(); it != queued.end();) {
-        const bool cancelled = it->callbacks.cancelled && it->callbacks.cancelled();
-        if (cancelled || closed) {
-          end_unstarted(std::move(*it));
-          it = queued.erase(it);
-        } else {
-          ++it;
+        for (auto it = queue_.begin(); it != queue_.end();) {
+          if (closed || (it->callbacks.cancelled && it->callbacks.cancelled())) {
+            ended.push_back(std::move(*it));
+            it = queue_.erase(it);
+          } else {
+            ++it;
+          }
         }
+        stats_.queued = queue_.size();
       }
-      {
-        std::lock_guard lk(m_);
-        // Survivors go back in front of anything submitted meanwhile.
-        queue_.insert(queue_.begin(), std::make_move_iterator(queued.begin()), std::make_move_iterator(queued.end()));
-      }
+      for (Pending& p : ended) end_unstarted(std::move(p));
       if (stopping) {
         for (auto& r : running_) r.gen.result().stop_reason = StopReason::callback;
         while (!running_.empty()) finish(running_.begin(), "");
@@ -216,7 +231,6 @@ class SchedulerImpl {
     Running& r = running_.back();
     r.reserved_bytes = need;
     r.started = now_seconds();
-    if (r.pending.callbacks.on_start) r.pending.callbacks.on_start();
     const size_t reserve_tokens = std::min(options_.max_context, r.prompt().size() + r.pending.request.generate.max_new_tokens);
     // Prefix cache: the longest whole-chunk prefix kept, leaving at least one prompt token to prefill (its logits
     // are the first token's).
@@ -246,8 +260,11 @@ class SchedulerImpl {
         if (options_.prefix_cache_entries > 0) ++stats_local_.prefix_misses;
       }
     } catch (const Error& e) {
-      finish(std::prev(running_.end()), e.what());
+      finish(std::prev(running_.end()), e.what(), e.kind() == ErrorKind::out_of_memory);
+      return;
     }
+    // Its cache exists: from here it runs (a server sends a stream's headers now, a 503 no longer possible).
+    if (r.pending.callbacks.on_start) r.pending.callbacks.on_start();
   }
 
   void evict_lru() {
@@ -320,6 +337,10 @@ class SchedulerImpl {
     try {
       logits = batch_.step(work_);
     } catch (const Error& e) {
+      for (auto it : who_) finish(it, e.what(), e.kind() == ErrorKind::out_of_memory);
+      publish(0, 0);
+      return;
+    } catch (const std::exception& e) {
       for (auto it : who_) finish(it, e.what());
       publish(0, 0);
       return;
@@ -338,6 +359,21 @@ class SchedulerImpl {
       const std::span<const float> row = logits.subspan(j * n_vocab, n_vocab);
       try {
         const bool full = batch_.n_past(r.sequence) >= options_.max_context;
+        if (r.pending.request.custom_step) {
+          const std::optional<uint32_t> token = r.pending.request.custom_step(row, full);
+          if (token) ++produced;
+          if (token && r.first_token == 0) r.first_token = now;
+          if (!token) {
+            finish(who_[j], "");
+          } else if (*token >= model_->config().n_vocab) {
+            finish(who_[j], "custom_step returned token " + std::to_string(*token) + ", outside the vocabulary");
+          } else if (full) {
+            finish(who_[j], "custom_step returned a token with the context full");
+          } else {
+            r.next_token = *token;
+          }
+          continue;
+        }
         bool done = r.gen.next(row, full);
         ++produced;
         if (r.first_token == 0) r.first_token = now;
@@ -353,7 +389,7 @@ class SchedulerImpl {
         }
         if (done) finish(who_[j], "");
         else r.next_token = r.gen.last_token();
-      } catch (const Error& e) {
+      } catch (const std::exception& e) {
         finish(who_[j], e.what());
       }
     }
@@ -383,11 +419,12 @@ class SchedulerImpl {
     event.top = r.top;
   }
 
-  void finish(std::list<Running>::iterator it, const std::string& error) {
+  void finish(std::list<Running>::iterator it, const std::string& error, bool out_of_memory = false) {
     Running& r = *it;
     ScheduledResult out;
     out.result = r.gen.finish();
     out.error = error;
+    out.out_of_memory = out_of_memory;
     out.prompt_tokens = r.prompt().size();
     out.cached_prompt_tokens = r.cached;
     out.started = true;
@@ -425,6 +462,7 @@ class SchedulerImpl {
     if (sequences > 0) {
       ++s.steps;
       s.step_rows += rows;
+      s.step_sequences += sequences;
       ++s.step_sequences_histogram[histogram_bucket(sequences)];
     }
   }
@@ -448,6 +486,7 @@ class SchedulerImpl {
   size_t reserved_ = 0;      // KV promised to running generations
   size_t prefix_bytes_ = 0;  // KV held by the prefix cache
   bool closed_ = false, stopping_ = false;
+  Scheduler::RequestId next_request_id_ = 0;
   SchedulerStats stats_;
 
   std::thread thread_;  // last: starts after everything above exists
@@ -458,9 +497,10 @@ Scheduler::Scheduler(std::shared_ptr<const Model> model, const SchedulerOptions&
   impl_ = std::make_unique<SchedulerImpl>(std::move(model), options);
 }
 Scheduler::~Scheduler() = default;
-Scheduler::Admission Scheduler::submit(ScheduledRequest request, Callbacks callbacks) {
-  return impl_->submit(std::move(request), std::move(callbacks));
+Scheduler::Admission Scheduler::submit(ScheduledRequest request, Callbacks callbacks, RequestId* id) {
+  return impl_->submit(std::move(request), std::move(callbacks), id);
 }
+bool Scheduler::withdraw(RequestId id) { return impl_->withdraw(id); }
 void Scheduler::close() { impl_->close(); }
 SchedulerStats Scheduler::stats() const { return impl_->stats(); }
 const SchedulerOptions& Scheduler::options() const { return impl_->options(); }
