@@ -460,3 +460,41 @@ TEST_CASE("serve: SIGTERM finishes the request in flight, then exits 0") {
   // No longer accepting.
   CHECK(sqrtdk::serve_test::connect_loopback(server.port()) < 0);
 }
+
+TEST_CASE("serve: continuous batching: a seeded completion is bit-identical alone and beside seven others") {
+  // The probe's tokens and log-probabilities (floats printed exactly by nlohmann::json: shortest round-trip) must
+  // not depend on what else the scheduler steps with it: other prompts of other lengths, decode rows beside its
+  // prompt chunks and prompt chunks beside its decode rows, a prefix-cache entry or not.
+  ServerProcess server({"--sessions", "8", "--queue", "16", "--prefill-chunk", "8", "--threads", "2", "--delay-ms", "3"});
+  const json probe = {{"prompt", "The quick brown fox jumps over the lazy dog, twice."},
+                      {"max_tokens", 40}, {"temperature", 0.9}, {"seed", 11}, {"logprobs", 2}};
+  auto post = [&](const json& body) {
+    httplib::Client cli("127.0.0.1", server.port());
+    cli.set_read_timeout(60);
+    auto res = cli.Post("/v1/completions", body.dump(), "application/json");
+    REQUIRE(res);
+    REQUIRE(res->status == 200);
+    return json::parse(res->body)["choices"][0];
+  };
+  const json alone = post(probe);
+  REQUIRE(alone["tokens"].size() > 0);
+  std::vector<json> together(8);
+  std::vector<std::thread> clients;
+  for (int i = 0; i < 8; ++i)
+    clients.emplace_back([&, i] {
+      json body = probe;
+      if (i != 3) {  // the others: other prompts, lengths, seeds and sampling
+        body["prompt"] = std::string(static_cast<size_t>(3 + 9 * i), static_cast<char>('a' + i));
+        body["seed"] = 100 + i;
+        body["max_tokens"] = 10 + 7 * i;
+      }
+      together[static_cast<size_t>(i)] = post(body);
+    });
+  for (auto& t : clients) t.join();
+  CHECK(together[3]["tokens"] == alone["tokens"]);
+  CHECK(together[3]["text"] == alone["text"]);
+  CHECK(together[3]["logprobs"]["token_logprobs"] == alone["logprobs"]["token_logprobs"]);
+  CHECK(together[3]["logprobs"]["top_logprobs"] == alone["logprobs"]["top_logprobs"]);
+  const std::string m = get_metrics(server.port());
+  CHECK(metric_value(m, "sqrtdk_batch_size_sum") > metric_value(m, "sqrtdk_batch_size_count"));  // it did batch
+}
