@@ -150,6 +150,10 @@ TEST_CASE("scheduler: a generation is bit-identical alone, beside seven others, 
     CHECK(st.prefix_tokens_reused >= 32);
     CHECK(st.steps > 0);
     CHECK(st.running == 0);
+    // Tokens/s over the last 10 s: tokens were generated within it (the whole test takes well under 10 s on a
+    // release build; under sanitizers too, it is a lower bound of 1 token over the window).
+    CHECK(st.tokens_per_second > 0);
+    CHECK(st.generated_tokens > 0);
     size_t multi = 0;
     for (size_t b = 1; b < st.step_sequences_histogram.size(); ++b) multi += st.step_sequences_histogram[b];
     CHECK(multi > 0);  // some steps ran several generations together

@@ -420,6 +420,7 @@ class Metrics {
           fixed6(st.prefix_hits + st.prefix_misses
                      ? static_cast<double>(st.prefix_hits) / static_cast<double>(st.prefix_hits + st.prefix_misses)
                      : 0.0));
+    gauge("sqrtdk_tokens_per_second", "Tokens generated per second over the last 10 s.", fixed6(st.tokens_per_second));
     counter("sqrtdk_steps_total", "Forward steps of the scheduler.", st.steps);
     counter("sqrtdk_step_tokens_total", "Tokens (rows) in all steps: decode tokens and prompt chunks.", st.step_rows);
     counter("sqrtdk_prompt_tokens_prefilled_total", "Prompt tokens run through the model.", st.prompt_tokens);

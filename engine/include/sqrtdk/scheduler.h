@@ -98,6 +98,7 @@ struct SchedulerStats {
   uint64_t steps = 0, step_rows = 0, step_sequences = 0, generated_tokens = 0, prompt_tokens = 0;
   // Steps by running generations in them: [1], [2], [3-4], [5-8], [9-16], [17-32], [33-64], [65+].
   std::array<uint64_t, 8> step_sequences_histogram{};
+  double tokens_per_second = 0;  // generated over the last 10 s (0 when nothing ran in them)
 };
 
 class SchedulerImpl;

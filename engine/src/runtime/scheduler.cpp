@@ -150,7 +150,9 @@ class SchedulerImpl {
 
   SchedulerStats stats() const {
     std::lock_guard lk(m_);
-    return stats_;
+    SchedulerStats out = stats_;
+    out.tokens_per_second = recent_rate(now_seconds());
+    return out;
   }
   const SchedulerOptions& options() const { return options_; }
 
@@ -159,6 +161,22 @@ class SchedulerImpl {
     return batch_.kv_bytes_for(std::min(options_.max_context, r.prompt.size() + r.generate.max_new_tokens));
   }
   size_t committed() const { return reserved_ + prefix_bytes_; }
+
+  // Tokens/s over the last kRateWindow seconds, from the (time, generated tokens) samples of each step. Under m_.
+  static constexpr double kRateWindow = 10.0;
+  double recent_rate(double now) const {
+    if (rate_samples_.empty()) return 0;
+    // Tokens since the window's start, over the window (or over the time since the first sample, if younger).
+    const double start = now - kRateWindow;
+    uint64_t base = rate_samples_.front().second;
+    double from = rate_samples_.front().first;
+    for (const auto& [t, tokens] : rate_samples_) {
+      if (t > start) break;
+      base = tokens, from = t;
+    }
+    const double span = now - std::max(from, start);
+    return span > 0 ? static_cast<double>(rate_samples_.back().second - base) / std::max(span, 1.0) : 0.0;
+  }
 
   void loop() {
     for (;;) {
@@ -460,6 +478,9 @@ class SchedulerImpl {
     s.generated_tokens = stats_local_.generated_tokens;
     s.prompt_tokens = stats_local_.prompt_tokens;
     if (sequences > 0) {
+      const double now = now_seconds();
+      rate_samples_.emplace_back(now, stats_local_.generated_tokens);
+      while (rate_samples_.size() > 2 && rate_samples_[1].first < now - kRateWindow) rate_samples_.pop_front();
       ++s.steps;
       s.step_rows += rows;
       s.step_sequences += sequences;
@@ -488,6 +509,7 @@ class SchedulerImpl {
   bool closed_ = false, stopping_ = false;
   Scheduler::RequestId next_request_id_ = 0;
   SchedulerStats stats_;
+  std::deque<std::pair<double, uint64_t>> rate_samples_;  // (steady seconds, generated tokens) per step, ~10 s
 
   std::thread thread_;  // last: starts after everything above exists
 };
