@@ -41,7 +41,8 @@ namespace sqrtdk {
 struct SchedulerOptions {
   size_t max_context = 0;        // prompt + new tokens per request at most; 0: the model's max_seq
   size_t max_running = 16;       // generations stepped together at most
-  size_t max_queue = 64;         // requests waiting to start at most; past it submit() says queue_full
+  size_t max_queue = 64;         // requests waiting to start: submit() says queue_full once running + queued
+                                 // requests reach max_running + max_queue
   size_t max_step_tokens = 256;  // rows per step (decode tokens + prompt chunks); at least max_running
   size_t prefill_chunk = 64;     // prompt tokens per generation per step (fixed: determinism, prefix alignment)
   size_t kv_budget_bytes = 0;    // KV of running generations + the prefix cache; 0: max_running full contexts

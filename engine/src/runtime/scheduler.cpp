@@ -121,7 +121,10 @@ class SchedulerImpl {
     {
       std::lock_guard lk(m_);
       if (closed_) return Scheduler::Admission::closed;
-      if (queue_.size() >= options_.max_queue) return Scheduler::Admission::queue_full;
+      // Running + queued, counted together: a generation that just finished has left both before its on_done, so
+      // the caller's next request never finds a queue still full of what the scheduler is about to start.
+      if (in_flight_ >= options_.max_running + options_.max_queue) return Scheduler::Admission::queue_full;
+      ++in_flight_;
       const Scheduler::RequestId rid = ++next_request_id_;
       if (id) *id = rid;
       queue_.push_back(Pending{std::move(request), std::move(callbacks), now_seconds(), rid});
@@ -136,6 +139,7 @@ class SchedulerImpl {
     const auto it = std::find_if(queue_.begin(), queue_.end(), [&](const Pending& p) { return p.id == id; });
     if (it == queue_.end()) return false;
     queue_.erase(it);
+    --in_flight_;
     stats_.queued = queue_.size();
     return true;
   }
@@ -218,6 +222,10 @@ class SchedulerImpl {
   }
 
   void end_unstarted(Pending&& p) {
+    {
+      std::lock_guard lk(m_);
+      --in_flight_;
+    }
     ScheduledResult r;
     r.prompt_tokens = p.request.prompt.size();
     r.result.stop_reason = StopReason::callback;
@@ -456,6 +464,7 @@ class SchedulerImpl {
       // The gauges move before on_done, so a caller woken by it reads them without this generation.
       std::lock_guard lk(m_);
       reserved_ -= reserved;
+      --in_flight_;
       stats_.running = running_.size();
       stats_.kv_used_bytes = batch_.kv_bytes();
       stats_.kv_reserved_bytes = committed();
@@ -505,6 +514,7 @@ class SchedulerImpl {
   std::condition_variable cv_;
   std::deque<Pending> queue_;
   size_t reserved_ = 0;      // KV promised to running generations
+  size_t in_flight_ = 0;     // accepted and not ended: queued + running
   size_t prefix_bytes_ = 0;  // KV held by the prefix cache
   bool closed_ = false, stopping_ = false;
   Scheduler::RequestId next_request_id_ = 0;
