@@ -67,7 +67,7 @@ struct BatchState : ForwardState {
       throw Error(e.kind(), "Batch: the KV cache for " + std::to_string(cap) + " positions needs " +
                                 std::to_string(2 * blocks * cap * hd * sizeof(float) >> 20) + " MiB: " + e.what());
     }
-    for (size_t b = 0; b < blocks; ++b) {
+    for (size_t b = 0; b < blocks && seq.n_past > 0; ++b) {  // an empty cache has no buffer (memcpy from null)
       std::memcpy(k.data() + b * cap * hd, seq.k.data() + b * seq.capacity * hd, seq.n_past * hd * sizeof(float));
       std::memcpy(v.data() + b * cap * hd, seq.v.data() + b * seq.capacity * hd, seq.n_past * hd * sizeof(float));
     }
@@ -146,7 +146,7 @@ Batch::SequenceId Batch::fork_sequence(SequenceId source, size_t n, size_t reser
   Sequence to;
   s.grow(to, std::clamp(reserve_tokens, n, s.max_context), /*exact=*/true);
   const size_t blocks = s.floats_per_position() / s.m->config.head_dim, hd = s.m->config.head_dim;
-  for (size_t b = 0; b < blocks; ++b) {
+  for (size_t b = 0; b < blocks && n > 0; ++b) {
     std::memcpy(to.k.data() + b * to.capacity * hd, from.k.data() + b * from.capacity * hd, n * hd * sizeof(float));
     std::memcpy(to.v.data() + b * to.capacity * hd, from.v.data() + b * from.capacity * hd, n * hd * sizeof(float));
   }
