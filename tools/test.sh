@@ -29,7 +29,7 @@ if want release; then
   /usr/bin/python3 tools/check_setup_packages.py build/release --self-test
   cmake --build --preset release -j"$jobs"
   echo "== release: ctest"
-  ctest --preset release -j"$jobs"
+  ctest --preset release -j"$jobs" --output-on-failure
   build/release/bin/sqrtdk-tests --covered-isas
   stage_done release
 fi
@@ -42,7 +42,7 @@ if want asan; then
   # allocator_may_return_null: an allocation too large for ASan's allocator returns null as malloc would, so the
   # engine's out-of-memory errors are tested here too (ASan aborts on it by default).
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:allocator_may_return_null=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-    ctest --preset asan -j"$jobs"
+    ctest --preset asan -j"$jobs" --output-on-failure
   build/asan/bin/sqrtdk-tests --covered-isas
   stage_done asan
 fi
@@ -62,7 +62,7 @@ if want tsan; then
   [[ -f "$archer" ]] || { echo "test.sh: libarcher.so not found at $archer" >&2; exit 1; }
   OMP_TOOL_LIBRARIES="$archer" ARCHER_OPTIONS=verbose=0 \
     TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:ignore_noninstrumented_modules=1:allocator_may_return_null=1" \
-    ctest --preset tsan -j"$jobs" -E "oneDNN|onednn peer"
+    ctest --preset tsan -j"$jobs" --output-on-failure -E "oneDNN|onednn peer"
   build/tsan/bin/sqrtdk-tests --covered-isas
   stage_done tsan
 fi

@@ -6,6 +6,7 @@
 
 #include <doctest/doctest.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <string>
 
@@ -43,6 +44,11 @@ TEST_CASE("serve openai client: the OpenAI Node SDK gets OpenAI's shapes, consis
                                           std::to_string(server.port()) + "/v1 2>&1"},
                                0, 300);
   INFO("node output:\n" << run.output);
+  // Also kept beside the installed SDK, so a failure leaves its evidence even where the test's output is lost.
+  if (FILE* f = std::fopen((work / "last_run.log").c_str(), "w")) {
+    std::fprintf(f, "npm ci:\n%s\nnode (exit %d):\n%s\n", install.output.c_str(), run.status, run.output.c_str());
+    std::fclose(f);
+  }
   CHECK(run.status == 0);
   CHECK(run.output.find("all OpenAI SDK checks passed") != std::string::npos);
 }
