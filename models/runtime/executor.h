@@ -76,6 +76,18 @@ struct ForwardState {
   ops::AttentionProbs captured;
   std::vector<float> captured_flat;
 
+  // Sizes the activations (x, xb, qkv, att, hb, hb2) for max_batch rows: a Session's chunk or a Batch's step.
+  // Throws sqrtdk::Error (out_of_memory) as AlignedBuffer does; the caller names its own knob.
+  void allocate_activations(const ScratchWidths& widths) {
+    const auto& c = m->config;
+    x.allocate(max_batch * c.d_model);
+    xb.allocate(max_batch * c.d_model);
+    qkv.allocate(max_batch * m->qkv_width());
+    att.allocate(max_batch * c.n_heads * c.head_dim);
+    hb.allocate(max_batch * widths.hidden);
+    if (widths.gate) hb2.allocate(max_batch * widths.gate);
+  }
+
   size_t cache_offset(size_t layer, size_t kv_head) const {
     const auto& c = m->config;
     return (layer * c.n_kv_heads + kv_head) * max_context * c.head_dim;

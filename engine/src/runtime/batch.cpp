@@ -96,13 +96,7 @@ Batch::Batch(std::shared_ptr<const Model> model, const BatchOptions& options)
   s.n_threads = resolve_threads(options.n_threads);
   s.row_order = ops::RowOrder::invariant;
   try {
-    s.x.allocate(s.max_batch * c.d_model);
-    s.xb.allocate(s.max_batch * c.d_model);
-    s.qkv.allocate(s.max_batch * s.m->qkv_width());
-    s.att.allocate(s.max_batch * c.n_heads * c.head_dim);
-    const ScratchWidths widths = s.family->scratch_widths(c);
-    s.hb.allocate(s.max_batch * widths.hidden);
-    if (widths.gate) s.hb2.allocate(s.max_batch * widths.gate);
+    s.allocate_activations(s.family->scratch_widths(c));
     if (s.family->uses_rope) s.rope.emplace(s.max_context, c.head_dim, c.rope_theta);
   } catch (const Error& e) {
     throw Error(e.kind(), "Batch: scratch for max_rows " + std::to_string(s.max_batch) + ": " + e.what() +

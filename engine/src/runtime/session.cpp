@@ -45,13 +45,7 @@ Session::Session(std::shared_ptr<const Model> model, const SessionOptions& optio
                 " (set SessionOptions::max_context lower)");
   }
   try {
-    s.x.allocate(s.max_batch * c.d_model);
-    s.xb.allocate(s.max_batch * c.d_model);
-    s.qkv.allocate(s.max_batch * s.m->qkv_width());
-    s.att.allocate(s.max_batch * c.n_heads * c.head_dim);
-    const ScratchWidths widths = s.family->scratch_widths(c);
-    s.hb.allocate(s.max_batch * widths.hidden);
-    if (widths.gate) s.hb2.allocate(s.max_batch * widths.gate);
+    s.allocate_activations(s.family->scratch_widths(c));
   } catch (const Error& e) {
     throw Error(e.kind(), "Session: scratch for max_batch " + std::to_string(s.max_batch) + ": " + e.what() +
                 " (set SessionOptions::max_batch lower)");
