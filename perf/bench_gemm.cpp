@@ -142,7 +142,9 @@ void check_agree(const Case& c, const char* peer, const std::vector<float>& ours
 // OpenBLAS's kernels for the best ISA this CPU runs ("" = leave the choice to OpenBLAS's own detection).
 std::string default_openblas_coretype() {
   switch (best_isa()) {
-    case Isa::avx512: return "SkylakeX";
+    case Isa::avx512:
+    case Isa::avx512_vnni:
+    case Isa::avx512_bf16: return "SkylakeX";
     case Isa::avx2: return "Haswell";
     default: return "";
   }

@@ -12,6 +12,8 @@ const char* isa_name(Isa isa) {
     case Isa::ref: return "ref";
     case Isa::avx2: return "avx2";
     case Isa::avx512: return "avx512";
+    case Isa::avx512_vnni: return "avx512_vnni";
+    case Isa::avx512_bf16: return "avx512_bf16";
   }
   return "unknown";
 }
@@ -20,7 +22,9 @@ Isa parse_isa(std::string_view name) {
   if (name == "ref") return Isa::ref;
   if (name == "avx2") return Isa::avx2;
   if (name == "avx512") return Isa::avx512;
-  throw Error("unknown ISA '" + std::string(name) + "' (expected ref, avx2 or avx512)");
+  if (name == "avx512_vnni") return Isa::avx512_vnni;
+  if (name == "avx512_bf16") return Isa::avx512_bf16;
+  throw Error("unknown ISA '" + std::string(name) + "' (expected ref, avx2, avx512, avx512_vnni or avx512_bf16)");
 }
 
 bool cpu_supports(Isa isa) {
@@ -32,15 +36,20 @@ bool cpu_supports(Isa isa) {
       return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
              __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
              __builtin_cpu_supports("fma");
+    case Isa::avx512_vnni: return cpu_supports(Isa::avx512) && __builtin_cpu_supports("avx512vnni");
+    case Isa::avx512_bf16: return cpu_supports(Isa::avx512_vnni) && __builtin_cpu_supports("avx512bf16");
   }
   return false;
 }
 
 Isa best_isa() {
-  if (cpu_supports(Isa::avx512)) return Isa::avx512;
-  if (cpu_supports(Isa::avx2)) return Isa::avx2;
+  const std::vector<Isa> all = all_isas();
+  for (auto it = all.rbegin(); it != all.rend(); ++it)
+    if (cpu_supports(*it)) return *it;
   return Isa::ref;
 }
+
+std::vector<Isa> all_isas() { return {Isa::ref, Isa::avx2, Isa::avx512, Isa::avx512_vnni, Isa::avx512_bf16}; }
 
 bool verbose() {
   static const bool on = [] {
@@ -75,7 +84,7 @@ Isa default_isa() {
 
 std::vector<Isa> supported_isas() {
   std::vector<Isa> out;
-  for (Isa isa : {Isa::ref, Isa::avx2, Isa::avx512})
+  for (Isa isa : all_isas())
     if (cpu_supports(isa)) out.push_back(isa);
   return out;
 }

@@ -12,6 +12,7 @@
 #include "ops/base/aligned_buffer.h"
 #include "ops/base/threading.h"
 #include "ops/gemm/gemm_kernels.h"
+#include "ops/gemm/gemm_typed_kernels.h"
 
 #include <sqrtdk/error.h>
 
@@ -26,6 +27,15 @@ namespace sqrtdk::ops {
 
 using gemm_detail::BlockSizes;
 using gemm_detail::GemmCall;
+
+const char* weight_type_name(WeightType type) {
+  switch (type) {
+    case WeightType::f32: return "f32";
+    case WeightType::bf16: return "bf16";
+    case WeightType::q8: return "q8";
+  }
+  return "unknown";
+}
 
 const char* activation_name(Activation activation) {
   switch (activation) {
@@ -82,6 +92,9 @@ bool shares_elements(const float* a, size_t lda, const float* b, size_t ldb, siz
 void grow(AlignedBuffer<float>& buffer, size_t count) {
   if (buffer.size() < count) buffer.allocate(count);
 }
+void grow_bytes(AlignedBuffer<uint8_t>& buffer, size_t count) {
+  if (buffer.size() < count) buffer.allocate(count);
+}
 
 // Below this many multiply-adds a call runs on one thread (an estimate, not tuned): a job costs the caller ~0.2 us
 // of publishing and claiming, plus a futex wake (a few us) when the helper sleeps; 2^15 MACs take ~1 us at one
@@ -130,8 +143,10 @@ ItemGrid item_grid(size_t M, size_t N, size_t K, const BlockSizes& bs) {
   return g;
 }
 
-// The blocked/decode kernels over the call's items, on up to n_threads participants.
-void run_blocked(const GemmKernels& kern, const GemmCall& call, int n_threads) {
+// The blocked/decode kernels over the call's items, on up to n_threads participants. Kern: GemmKernels or a
+// TypedGemmKernels; Call: GemmCall or TypedGemmCall (the kernel's region takes it).
+template <class Kern, class Call>
+void run_blocked(const Kern& kern, const Call& call, int n_threads) {
   const BlockSizes& bs = kern.bs;
   const int threads = call.M * call.N * call.K < kParallelMinMacs ? 1 : resolve_threads(n_threads);
   const ItemGrid grid = item_grid(call.M, call.N, call.K, bs);
@@ -151,7 +166,7 @@ void run_blocked(const GemmKernels& kern, const GemmCall& call, int n_threads) {
     const size_t mb = item % grid.n_mb, nb = item / grid.n_mb;
     const Range mr = chunk_range(call.M, grid.rows_per, mb);
     const Range nr = chunk_range(call.N, grid.cols_per, nb);
-    GemmCall local = call;
+    Call local = call;
     const size_t rows_t = mr.end - mr.begin, cols_t = nr.end - nr.begin;
     auto copy_region = [&](AlignedBuffer<float>& buf, const float* p, size_t ld, const float*& out_p,
                            size_t& out_ld, size_t& out_m0, size_t& out_n0) {
@@ -202,7 +217,10 @@ GemmBlocking gemm_blocking(Isa isa) {
 struct PackedWeights::Impl {
   size_t N = 0, K = 0, nr = 0;
   Isa isa = Isa::ref;
-  AlignedBuffer<float> data;  // panels (SIMD) or a [N][K] copy (ref)
+  WeightType type = WeightType::f32;
+  AlignedBuffer<float> data;     // f32: panels (SIMD) or a [N][K] copy (ref)
+  AlignedBuffer<uint8_t> typed;  // bf16/q8: ceil(N/nr) panels of panel_bytes
+  size_t panel_bytes = 0;
 };
 
 PackedWeights::PackedWeights() = default;
@@ -214,7 +232,8 @@ size_t PackedWeights::N() const { return impl_ ? impl_->N : 0; }
 size_t PackedWeights::K() const { return impl_ ? impl_->K : 0; }
 Isa PackedWeights::isa() const { return impl_ ? impl_->isa : Isa::ref; }
 size_t PackedWeights::nr() const { return impl_ ? impl_->nr : 0; }
-size_t PackedWeights::bytes() const { return impl_ ? impl_->data.size() * sizeof(float) : 0; }
+WeightType PackedWeights::type() const { return impl_ ? impl_->type : WeightType::f32; }
+size_t PackedWeights::bytes() const { return impl_ ? impl_->data.size() * sizeof(float) + impl_->typed.size() : 0; }
 
 PackedWeights PackedWeights::pack(const float* weights, size_t N, size_t K, size_t ld_weights, Isa isa,
                                   const std::function<void(size_t, size_t)>& rows_consumed) {
@@ -244,6 +263,95 @@ PackedWeights PackedWeights::pack(const float* weights, size_t N, size_t K, size
   return out;
 }
 
+namespace {
+
+template <class W>
+void pack_typed(PackedWeights::Impl& p, const char* what,
+                std::span<const KernelEntry<gemm_detail::TypedGemmKernels<W>>> table, WeightType type,
+                const W* weights, size_t N, size_t K, size_t ld, Isa isa,
+                const std::function<void(size_t, size_t)>& rows_consumed) {
+  const std::string where = std::string("PackedWeights::") + what + "(weights " + dims(N, K) + ", ld " +
+                            std::to_string(ld) + ", isa " + isa_name(isa) + ")";
+  if (N == 0 || K == 0) throw Error(where + ": N and K must be ≥ 1");
+  if (weights == nullptr) throw Error(where + ": weights is null");
+  if (type == WeightType::q8 && K % kQ8BlockSize != 0)
+    throw Error(where + ": K must be a multiple of " + std::to_string(kQ8BlockSize) + " for q8 weights");
+  const size_t row_units = type == WeightType::q8 ? K / kQ8BlockSize : K;
+  if (ld < row_units) throw Error(where + ": ld must be ≥ " + std::string(type == WeightType::q8 ? "K/32" : "K"));
+  check_isa(where.c_str(), isa);
+  const auto& kern = select_kernel(table, isa).kernels;
+  p.N = N;
+  p.K = K;
+  p.isa = isa;
+  p.type = type;
+  p.nr = kern.bs.nr;
+  p.panel_bytes = kern.panel_bytes(K);
+  const size_t n_panels = (N + p.nr - 1) / p.nr;
+  p.typed.allocate(n_panels * p.panel_bytes);
+  // In chunks of whole panels (~4 MiB of packed weights), reporting each chunk's rows as consumed.
+  const size_t chunk = std::max<size_t>(1, (size_t{4} << 20) / p.panel_bytes) * p.nr;
+  for (size_t n0 = 0; n0 < N; n0 += chunk) {
+    const size_t n1 = std::min(N, n0 + chunk);
+    kern.pack(weights, ld, N, K, n0, n1, p.typed.data());
+    if (rows_consumed) rows_consumed(n0, n1);
+  }
+}
+
+}  // namespace
+
+PackedWeights PackedWeights::pack_bf16(const uint16_t* weights, size_t N, size_t K, size_t ld_weights, Isa isa,
+                                       const std::function<void(size_t, size_t)>& rows_consumed) {
+  PackedWeights out;
+  out.impl_ = std::make_unique<Impl>();
+  pack_typed(*out.impl_, "pack_bf16", gemm_detail::gemm_bf16_kernels(), WeightType::bf16, weights, N, K, ld_weights,
+             isa, rows_consumed);
+  return out;
+}
+
+PackedWeights PackedWeights::pack_q8(const Q8Block* weights, size_t N, size_t K, size_t ld_blocks, Isa isa,
+                                     const std::function<void(size_t, size_t)>& rows_consumed) {
+  PackedWeights out;
+  out.impl_ = std::make_unique<Impl>();
+  pack_typed(*out.impl_, "pack_q8", gemm_detail::gemm_q8_kernels(), WeightType::q8, weights, N, K, ld_blocks, isa,
+             rows_consumed);
+  return out;
+}
+
+namespace {
+
+// The bf16/q8 product: src prepared once (rows split over the threads when there are many), then the region
+// kernels over the same item grid as f32. The prepared rows live in thread_local buffers that grow once.
+template <class W>
+void gemm_typed(const gemm_detail::TypedGemmKernels<W>& kern, const PackedWeights::Impl& p, const GemmCall& base,
+                int n_threads) {
+  static thread_local AlignedBuffer<uint8_t> prepared;
+  static thread_local AlignedBuffer<float> scales;
+  gemm_detail::TypedGemmCall call;
+  static_cast<GemmCall&>(call) = base;
+  call.typed_panels = p.typed.data();
+  call.panel_bytes = p.panel_bytes;
+  const size_t row_bytes = kern.src_row_bytes(base.K);
+  if (row_bytes > 0) {
+    grow_bytes(prepared, base.M * row_bytes);
+    grow(scales, base.M);
+    call.src_prepared = prepared.data();
+    call.src_row_bytes = row_bytes;
+    call.src_scales = scales.data();
+    uint8_t* out = prepared.data();
+    float* sc = scales.data();
+    // Rows in items of ≥ 16 (preparing is ~M·K simple ops against the product's M·N·K).
+    const size_t rows_per = 16;
+    const int threads = base.M * base.N * base.K < kParallelMinMacs ? 1 : resolve_threads(n_threads);
+    parallel_for(base.M > rows_per ? threads : 1, ceil_div(base.M, rows_per), [&](size_t item, int) {
+      const Range r = chunk_range(base.M, rows_per, item);
+      kern.prepare_src(base.src, base.lda, r.begin, r.end, base.K, out, sc);
+    });
+  }
+  run_blocked(kern, call, n_threads);
+}
+
+}  // namespace
+
 // ---------------------------------------------------------------------------------------------------------------
 // gemm
 
@@ -252,7 +360,7 @@ void gemm(const float* src, size_t M, size_t lda, const PackedWeights& weights, 
   const size_t N = weights.N(), K = weights.K();
   auto where = [&] {
     return "gemm(src " + dims(M, K) + " lda " + std::to_string(lda) + ", weights " + dims(N, K) + " (" +
-           isa_name(weights.isa()) + "), dst ldc " +
+           isa_name(weights.isa()) + ", " + weight_type_name(weights.type()) + "), dst ldc " +
            std::to_string(ldc) + ")";
   };
   if (N == 0) throw Error(where() + ": weights are empty (not packed)");
@@ -277,11 +385,18 @@ void gemm(const float* src, size_t M, size_t lda, const PackedWeights& weights, 
   if (n_threads < 0) throw Error(where() + ": n_threads must be ≥ 0");
 
   const PackedWeights::Impl& p = weights.impl();
-  const GemmKernels& kern = kernels_for(p.isa);
   GemmCall call{src, lda, M, N, K, p.data.data(), dst, ldc, 1.0f, epilogue.bias, epilogue.activation,
                 epilogue.multiply, epilogue.ld_multiply, epilogue.residual, epilogue.ld_residual, 0, 0, 0, 0};
   call.row_invariant = row_order == RowOrder::invariant;
-  run_blocked(kern, call, n_threads);
+  switch (p.type) {
+    case WeightType::f32: run_blocked(kernels_for(p.isa), call, n_threads); return;
+    case WeightType::bf16:
+      gemm_typed(select_kernel(gemm_detail::gemm_bf16_kernels(), p.isa).kernels, p, call, n_threads);
+      return;
+    case WeightType::q8:
+      gemm_typed(select_kernel(gemm_detail::gemm_q8_kernels(), p.isa).kernels, p, call, n_threads);
+      return;
+  }
 }
 
 // ---------------------------------------------------------------------------------------------------------------

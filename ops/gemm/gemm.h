@@ -52,15 +52,54 @@ struct GemmBlocking {
 };
 GemmBlocking gemm_blocking(Isa isa);
 
+// Weight element types. The activations (src, dst) are f32 for all three; what differs is how weights are stored
+// and multiplied:
+//   f32   the products in f32 (FMA), as everywhere above.
+//   bf16  bfloat16 weights (the top half of an f32). avx512_bf16: src rows are rounded to bf16 (round to nearest
+//         even, per row at call time) and pairs of products summed in f32 by vdpbf16ps (2x the f32 FMA rate);
+//         other ISAs widen the weights to f32 inside the microkernel (no f32 copy of the weights in memory) and
+//         keep src in f32. Error bound: K·ε·Σ|a·w| plus, on avx512_bf16, 2^-8·Σ|a·w| for the rounded src.
+//   q8    int8 weights in blocks of 32 along K, each block with a scale (GGUF's Q8_0 block: an f16 scale and 32
+//         int8), w = scale·q. Each src row is quantized at call time to int8 with one scale per row (dynamic
+//         per-token: scale = max|a|/127, q = round-to-nearest-even(a·127/max|a|)); each block's products are summed
+//         exactly in int32 (avx512_vnni: vpdpbusd; avx2: vpmaddubsw/vpmaddwd), scaled by the block's weight scale
+//         and summed in f32 in block order, then times the row's scale. The quantization of src is part of the
+//         spec (gemm_q8_ref), so every ISA computes the same integers. K must be a multiple of 32.
+// Every bf16/q8 kernel sums each element in one order whatever M: RowOrder does not change them.
+enum class WeightType : uint8_t { f32, bf16, q8 };
+const char* weight_type_name(WeightType type);  // "f32", "bf16", "q8"
+
+inline constexpr size_t kQ8BlockSize = 32;
+// GGUF's block_q8_0, byte for byte: what .sqdk stores for a q8 tensor (engine/FORMAT.md).
+struct Q8Block {
+  uint16_t scale_f16;  // IEEE half
+  int8_t q[kQ8BlockSize];
+};
+static_assert(sizeof(Q8Block) == 34, "Q8Block must be GGUF's 34-byte block_q8_0");
+
+// Quantizes one row x[0, K) (K a multiple of 32) to K/32 blocks: per block d = max|x|/127 rounded to f16, then
+// q = round-to-nearest-even(x/d) clamped to [-127, 127] (computed with the f16-rounded d, so scale·q is the
+// nearest the block can store). NaN or Inf in x is an error (sqrtdk::Error naming the column).
+void quantize_row_q8(const float* x, size_t K, Q8Block* out);
+// w[0, K) = scale·q of the row's K/32 blocks.
+void dequantize_row_q8(const Q8Block* blocks, size_t K, float* out);
+
 // Weights [N, K] packed once at load for one ISA; immutable afterwards, movable.
-//   avx2/avx512: ceil(N/NR) panels of [K][NR] floats (K-major, 64-byte aligned, N zero-padded).
-//   ref: a plain copy [N][K] (panels of width 1).
+//   f32, avx2/avx512: ceil(N/NR) panels of [K][NR] floats (K-major, 64-byte aligned, N zero-padded).
+//   f32, ref: a plain copy [N][K] (panels of width 1).
+//   bf16 and q8: the layout of the type's kernel for the ISA (ops/gemm/gemm_typed_kernels.h).
 class PackedWeights {
  public:
   // rows_consumed(n0, n1), if given, is called as soon as weight rows [n0, n1) have been read, so a loader can
   // drop their file pages while the rest is still being packed (peak memory: packed + one chunk, not packed + all).
   static PackedWeights pack(const float* weights, size_t N, size_t K, size_t ld_weights, Isa isa,
                             const std::function<void(size_t n0, size_t n1)>& rows_consumed = {});
+  // bf16 weights [N, K] (row stride ld_weights elements), kept bf16.
+  static PackedWeights pack_bf16(const uint16_t* weights, size_t N, size_t K, size_t ld_weights, Isa isa,
+                                 const std::function<void(size_t n0, size_t n1)>& rows_consumed = {});
+  // q8 weights [N, K]: N rows of K/32 blocks, row stride ld_blocks ≥ K/32 blocks. K must be a multiple of 32.
+  static PackedWeights pack_q8(const Q8Block* weights, size_t N, size_t K, size_t ld_blocks, Isa isa,
+                               const std::function<void(size_t n0, size_t n1)>& rows_consumed = {});
   PackedWeights();
   PackedWeights(PackedWeights&&) noexcept;
   PackedWeights& operator=(PackedWeights&&) noexcept;
@@ -69,6 +108,7 @@ class PackedWeights {
   size_t N() const;
   size_t K() const;
   Isa isa() const;
+  WeightType type() const;
   size_t bytes() const;  // memory held by the packed weights
   size_t nr() const;     // panel width (1 for ref)
 
@@ -93,6 +133,15 @@ enum class RowOrder : uint8_t { fastest, invariant };
 // or residual sharing elements with dst other than by being dst itself: see "Aliasing" above).
 void gemm(const float* src, size_t M, size_t lda, const PackedWeights& weights, float* dst, size_t ldc,
           const GemmEpilogue& epilogue = {}, int n_threads = 0, RowOrder row_order = RowOrder::fastest);
+
+// The specs of the bf16 and q8 products over unpacked weights (the weights' exact values; double accumulation;
+// q8 with src quantized as described at WeightType).
+void gemm_bf16_ref(const float* src, size_t M, size_t lda, const uint16_t* weights, size_t N, size_t K,
+                   size_t ld_weights, float* dst, size_t ldc, const GemmEpilogue& epilogue = {});
+void gemm_q8_ref(const float* src, size_t M, size_t lda, const Q8Block* weights, size_t N, size_t K,
+                 size_t ld_blocks, float* dst, size_t ldc, const GemmEpilogue& epilogue = {});
+// The per-row quantization of src every q8 kernel uses: q[0, K) and the row's scale (0 for an all-zero row).
+void quantize_src_row_q8(const float* a, size_t K, int8_t* q, float* scale);
 
 // The spec: double accumulation over unpacked weights [N, K].
 void gemm_ref(const float* src, size_t M, size_t lda, const float* weights, size_t N, size_t K, size_t ld_weights,

@@ -78,6 +78,8 @@ void pack_panels_avx2(const float* b, size_t ldb, bool b_is_kn, size_t N, size_t
                       float* panels);
 void gemm_direct_avx2(size_t M, size_t N, size_t K, float alpha, const float* A, size_t lda, const float* B,
                       size_t ldb, bool b_is_kn, float* C, size_t ldc, size_t n0, size_t n1);
+// The reference epilogue of element (m, n) whose sum (in double, before alpha) is acc: shared by the typed refs.
+float epilogue_ref_at(double acc, const GemmCall& call, size_t m, size_t n);
 void gemm_region_ref(const GemmCall& call, size_t m0, size_t m1, size_t n0, size_t n1);
 void pack_panels_ref(const float* b, size_t ldb, bool b_is_kn, size_t N, size_t K, size_t n0, size_t n1,
                      float* panels);

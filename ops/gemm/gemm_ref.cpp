@@ -57,6 +57,15 @@ void gemm_unpacked_ref(size_t M, size_t N, size_t K, float alpha, const float* A
 
 namespace gemm_detail {
 
+float epilogue_ref_at(double acc, const GemmCall& call, size_t m, size_t n) {
+  const float* multiply =
+      call.multiply ? call.multiply + (m - call.multiply_m0) * call.ld_multiply + (n - call.multiply_n0) : nullptr;
+  const float* residual =
+      call.residual ? call.residual + (m - call.residual_m0) * call.ld_residual + (n - call.residual_n0) : nullptr;
+  return epilogue_ref(static_cast<double>(call.alpha) * acc, call.bias ? call.bias + n : nullptr, call.activation,
+                      multiply, residual);
+}
+
 void gemm_region_ref(const GemmCall& call, size_t m0, size_t m1, size_t n0, size_t n1) {
   // panels: [N][K] (width-1 panels). Each element read fully (operands first), then written: dst may alias them.
   for (size_t m = m0; m < m1; ++m)

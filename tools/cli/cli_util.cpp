@@ -182,14 +182,14 @@ CLI::Validator number_in(double lo, double hi, bool integer, bool lo_open) {
 CLI::Validator isa_name_check() {
   return CLI::Validator(
       [](std::string& text) -> std::string {
-        for (Isa isa : {Isa::ref, Isa::avx2, Isa::avx512})
+        for (Isa isa : all_isas())
           if (text == isa_name(isa))
             return cpu_supports(isa) ? std::string()
                                      : "this CPU does not support " + text + " (best here: " +
                                            isa_name(default_isa()) + ")";
-        return "expected ref, avx2 or avx512, got '" + text + "'";
+        return "expected ref, avx2, avx512, avx512_vnni or avx512_bf16, got '" + text + "'";
       },
-      "ref|avx2|avx512");
+      "ref|avx2|avx512|avx512_vnni|avx512_bf16");
 }
 
 std::vector<uint32_t> clamp_default_lengths(const std::vector<uint32_t>& lengths, uint32_t limit) {

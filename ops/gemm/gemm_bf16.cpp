@@ -1,0 +1,61 @@
+// The bf16 GEMM's kernel table and its reference entry (the spec: double sums of f32 src × the bf16 weights'
+// exact values). SIMD kernels: gemm_bf16_avx512bf16.cpp (vdpbf16ps), gemm_bf16_avx512.cpp and gemm_bf16_avx2.cpp
+// (bf16 widened to f32 in the microkernel).
+#include "ops/base/float16.h"
+#include "ops/gemm/gemm_typed_kernels.h"
+
+#include <cstring>
+
+namespace sqrtdk::ops {
+
+namespace {
+inline float bf16_value(uint16_t h) { return bf16_to_float(h); }
+}  // namespace
+
+void gemm_bf16_ref(const float* src, size_t M, size_t lda, const uint16_t* weights, size_t N, size_t K,
+                   size_t ld_weights, float* dst, size_t ldc, const GemmEpilogue& epilogue) {
+  gemm_detail::GemmCall call{src, lda, M, N, K, nullptr, dst, ldc, 1.0f, epilogue.bias, epilogue.activation,
+                             epilogue.multiply, epilogue.ld_multiply, epilogue.residual, epilogue.ld_residual,
+                             0, 0, 0, 0};
+  for (size_t m = 0; m < M; ++m)
+    for (size_t n = 0; n < N; ++n) {
+      double acc = 0;
+      for (size_t k = 0; k < K; ++k) acc += static_cast<double>(src[m * lda + k]) * bf16_value(weights[n * ld_weights + k]);
+      dst[m * ldc + n] = gemm_detail::epilogue_ref_at(acc, call, m, n);
+    }
+}
+
+namespace gemm_detail {
+
+namespace {
+size_t ref_panel_bytes(size_t K) { return K * sizeof(uint16_t); }
+size_t ref_src_row_bytes(size_t) { return 0; }  // reads the f32 src in place
+void ref_prepare(const float*, size_t, size_t, size_t, size_t, uint8_t*, float*) {}
+void ref_region(const TypedGemmCall& call, size_t m0, size_t m1, size_t n0, size_t n1) {
+  // Each element read fully (operands first), then written: dst may alias the epilogue operands.
+  const auto* w = reinterpret_cast<const uint16_t*>(call.typed_panels);
+  for (size_t m = m0; m < m1; ++m)
+    for (size_t n = n0; n < n1; ++n) {
+      double acc = 0;
+      for (size_t k = 0; k < call.K; ++k)
+        acc += static_cast<double>(call.src[m * call.lda + k]) * bf16_value(w[n * call.K + k]);
+      call.dst[m * call.ldc + n] = epilogue_ref_at(acc, call, m, n);
+    }
+}
+void ref_pack(const uint16_t* weights, size_t ld, size_t, size_t K, size_t n0, size_t n1, uint8_t* panels) {
+  for (size_t n = n0; n < n1; ++n) std::memcpy(panels + n * K * 2, weights + n * ld, K * 2);
+}
+}  // namespace
+
+const Bf16Kernels kBf16KernelsRef{{1, 1, 1, 1, 1}, ref_panel_bytes, ref_src_row_bytes, ref_prepare, ref_region,
+                                  ref_pack};
+
+std::span<const KernelEntry<Bf16Kernels>> gemm_bf16_kernels() {
+  static const KernelEntry<Bf16Kernels> table[] = {
+      {Isa::ref, "gemm_bf16_ref_f64", kBf16KernelsRef},
+  };
+  return table;
+}
+
+}  // namespace gemm_detail
+}  // namespace sqrtdk::ops
