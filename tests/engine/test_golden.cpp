@@ -5,6 +5,8 @@
 // top-1/top-2 gap (> 2x the bound) guarantees for any engine within the bound.
 #include <doctest/doctest.h>
 
+#include "tests/common/isas.h"
+
 #include <sqrtdk/generate.h>
 #include <sqrtdk/model.h>
 #include <sqrtdk/session.h>
@@ -68,7 +70,7 @@ TEST_CASE("golden: prefill logits match PyTorch on every fixture, every ISA, 1 a
     CAPTURE(f.name);
     REQUIRE(f.json["files"]["sqdk"].is_string());
     const NpyF32 want = read_npy_f32((f.dir / f.json["files"]["logits"].get<std::string>()).string());
-    for (Isa isa : supported_isas()) {
+    for (Isa isa : test::f32_isas()) {
       const std::string isa_str = isa_name(isa);
       CAPTURE(isa_str);
       ModelOptions mo;

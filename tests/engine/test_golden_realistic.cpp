@@ -7,6 +7,8 @@
 // them, and fixture.json's per-tensor CRC-32s prove it before any logit is compared.
 #include <doctest/doctest.h>
 
+#include "tests/common/isas.h"
+
 #include <sqrtdk/format.h>
 #include <sqrtdk/model.h>
 #include <sqrtdk/session.h>
@@ -218,7 +220,7 @@ TEST_CASE("golden realistic: prefill and stepwise decode match PyTorch float64 o
   const std::string path = write_generated_model(fixture, dir);
 
   std::string covered;
-  for (Isa isa : supported_isas()) {
+  for (Isa isa : test::f32_isas()) {
     const std::string isa_str = isa_name(isa);
     CAPTURE(isa_str);
     covered += isa_str + " ";

@@ -7,6 +7,7 @@
 #include "ops/base/kernel_table.h"
 #include "ops/base/roofs.h"
 #include "ops/gemm/gemm_kernels.h"
+#include "ops/gemm/gemm_typed_kernels.h"
 #include "ops/norm/norm_kernels.h"
 #include "ops/rope/rope_kernels.h"
 #include "ops/softmax/softmax_kernels.h"
@@ -51,4 +52,19 @@ TEST_CASE("kernel tables: every op's table is ordered best first and ends with t
   check_table("rope", rope_kernels());
   check_table("softmax", softmax_kernels());
   check_table("roofs", roofs::roof_kernels());
+  check_table("gemm bf16", gemm_detail::gemm_bf16_kernels());
+  check_table("gemm q8", gemm_detail::gemm_q8_kernels());
+}
+
+// The f32 ops have no kernels above avx512, so the engine tests loop over the f32 paths up to avx512 only
+// (tests/common/isas.h) and the bf16/q8 tests cover the levels above: this pins that premise.
+TEST_CASE("kernel tables: the f32 ops run avx512's kernels at avx512_vnni and avx512_bf16") {
+  for (Isa isa : {Isa::avx512_vnni, Isa::avx512_bf16}) {
+    CHECK(select_kernel(activation_kernels(), isa).isa <= Isa::avx512);
+    CHECK(select_kernel(attention_kernels(), isa).isa <= Isa::avx512);
+    CHECK(select_kernel(gemm_detail::gemm_kernels(), isa).isa <= Isa::avx512);
+    CHECK(select_kernel(norm_kernels(), isa).isa <= Isa::avx512);
+    CHECK(select_kernel(rope_kernels(), isa).isa <= Isa::avx512);
+    CHECK(select_kernel(softmax_kernels(), isa).isa <= Isa::avx512);
+  }
 }

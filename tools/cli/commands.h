@@ -32,6 +32,7 @@ void add_explain_scaling_command(CLI::App& app);  // tools/cli/cmd_explain_scali
 void add_attention_map_command(CLI::App& app);    // tools/cli/cmd_attention_map.cpp
 void add_convert_command(CLI::App& app);   // tools/cli/cmd_convert.cpp
 void add_tokenize_command(CLI::App& app);  // tools/cli/cmd_tokenize.cpp
+void add_compare_command(CLI::App& app);   // tools/cli/cmd_compare.cpp
 
 
 }  // namespace sqrtdk::cli

@@ -33,6 +33,7 @@ int main(int argc, char** argv) {
   add_attention_map_command(app);
   add_convert_command(app);
   add_tokenize_command(app);
+  add_compare_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
