@@ -11,6 +11,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <map>
 #include <sys/wait.h>
 
 using namespace sqrtdk;
@@ -372,4 +373,34 @@ TEST_CASE("convert and inspect CLI: a .sqdk input by its magic, --dtype q8, insp
   CHECK(text.find("dtypes      f32") != std::string::npos);
   // A bad --dtype is refused by the command line.
   CHECK(run(kCli + " convert " + kBundled + " -o " + dir.file("x.sqdk") + " --dtype q4 > /dev/null 2>&1") != 0);
+}
+
+TEST_CASE("loader: bf16 and q8 layers pack natively, a layer mixing types is widened to f32") {
+  TempDir dir;
+  // tests/data/format_q8.json: q8 linears and tok_emb, an untied bf16 lm_head, f32/f16 norms.
+  Fixture fx = load_fixture("q8");
+  write_fixture(fx, dir.file("q8.sqdk"));
+  const auto m = Model::load(dir.file("q8.sqdk"));
+  std::map<std::string, size_t> by_type;
+  for (const auto& [type, bytes] : m->packed_bytes_by_type()) by_type[type] = bytes;
+  CHECK(by_type.size() == 2);
+  CHECK(by_type["bf16"] > 0);  // the lm head
+  CHECK(by_type["q8"] > 0);    // every block linear
+  // attn_k in bf16 beside q8 q and v: the fused qkv layer is widened to f32 (dequantized / widened values).
+  for (auto& t : fx.tensors)
+    if (t.name == "blk.0.attn_k.weight") {
+      t.dtype = DType::bf16;
+      encode(t);
+    }
+  write_fixture(fx, dir.file("mixed.sqdk"));
+  const auto mixed = Model::load(dir.file("mixed.sqdk"));
+  by_type.clear();
+  for (const auto& [type, bytes] : mixed->packed_bytes_by_type()) by_type[type] = bytes;
+  CHECK(by_type.size() == 3);
+  CHECK(by_type["f32"] > 0);
+  // Both run (the loader's result is usable whatever the mix).
+  const auto a = c_api_logits(dir.file("q8.sqdk"), {256, 65, 66}), b = c_api_logits(dir.file("mixed.sqdk"), {256, 65, 66});
+  CHECK(a.size() == 3);
+  CHECK(b.size() == 3);
+  for (float v : b.back()) REQUIRE(std::isfinite(v));
 }

@@ -771,4 +771,39 @@ TEST_CASE("gguf: Q8_0 imports as q8 block for block (no requantization), q/k row
   CHECK(h->find("blk.0.attn_v.weight")->dtype == DType::q8);
 }
 
+TEST_CASE("convert HF --dtype q8: linears and embeddings q8 from the f32 weights, norms f32, logits within bound") {
+  TempDir dir;
+  ConvertOptions f32, q8;
+  f32.dtype = DType::f32;
+  q8.dtype = DType::q8;
+  const std::string hf = golden_dir("llama_gqa") + "/hf";
+  convert_hf_checkpoint(hf, dir.file("f.sqdk"), f32);
+  const ConvertResult r = convert_hf_checkpoint(hf, dir.file("q.sqdk"), q8);
+  CHECK(r.dtype == DType::q8);
+  CHECK(r.head_dtype == DType::q8);
+  const auto f = WeightFile::open(dir.file("f.sqdk")), q = WeightFile::open(dir.file("q.sqdk"));
+  REQUIRE(f->tensors().size() == q->tensors().size());
+  for (size_t i = 0; i < f->tensors().size(); ++i) {
+    const TensorInfo &a = f->tensors()[i], &b = q->tensors()[i];
+    CAPTURE(a.name);
+    if (a.shape.size() == 1) {
+      CHECK(b.dtype == DType::f32);
+      CHECK(std::memcmp(f->data(a), q->data(b), a.size) == 0);
+      continue;
+    }
+    REQUIRE(b.dtype == DType::q8);
+    std::vector<float> x(a.n_elements());
+    f->read_f32(a, x.data());
+    std::vector<ops::Q8Block> want(x.size() / 32);
+    ops::quantize_row_q8(x.data(), x.size(), want.data());
+    CHECK(std::memcmp(q->data(b), want.data(), b.size) == 0);  // chunked conversion = one quantization of the rows
+  }
+  // Bound as for the native Q8_0 import (same model, same 15 matmuls, same roundings).
+  const Golden g = load_golden("llama_gqa");
+  const double err = max_abs_diff(prefill_all(dir.file("q.sqdk"), g.prompt), g.logits.data);
+  const double bound = 15 * (1.0 / 127 + std::ldexp(1.0, -11)) * max_abs(g.logits.data);
+  MESSAGE("HF -> q8 logits: max abs error " << err << ", bound " << bound);
+  CHECK(err <= bound);
+}
+
 }  // namespace sqrtdk::test
