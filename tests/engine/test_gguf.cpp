@@ -723,7 +723,19 @@ TEST_CASE("cli: sqrtdk convert takes a GGUF file by its magic, whatever its name
 
 TEST_CASE("gguf: Q8_0 imports as q8 block for block (no requantization), q/k rows unpermuted whole, and runs") {
   TempDir dir;
-  const std::string gguf = gguf_fixture("llama_gqa-q8_0.gguf");
+  // The fixture's blocks are llama.cpp's quantization, which requantizing would reproduce (max |q| = 127 in every
+  // block): so that the comparison can tell a copy from a requantization, one block of attn_v gets q values no
+  // quantizer of ours makes (all 1..32, scale kept): a valid Q8_0 block that requantizing would change.
+  const std::string gguf = dir.file("patched.gguf");
+  {
+    auto bytes = read_bytes(gguf_fixture("llama_gqa-q8_0.gguf"));
+    const auto orig = GgufFile::open(gguf_fixture("llama_gqa-q8_0.gguf"));
+    const GgufTensor* v = orig->find_tensor("blk.0.attn_v.weight");
+    REQUIRE(v != nullptr);
+    REQUIRE(v->type == uint32_t(GgmlType::q8_0));
+    for (int i = 0; i < 32; ++i) bytes[v->offset + 34 + 2 + i] = static_cast<unsigned char>(i + 1);  // block 1
+    write_bytes(gguf, bytes);
+  }
   const ConvertResult r = convert_gguf(gguf, dir.file("q.sqdk"));  // default: every linear weight is Q8_0 -> q8
   CHECK(r.dtype == DType::q8);
   const auto f = GgufFile::open(gguf);
@@ -755,8 +767,10 @@ TEST_CASE("gguf: Q8_0 imports as q8 block for block (no requantization), q/k row
   // The model runs its q8 layers natively. Bound: the dequantized import's (above: 15 x (0.5/127 + 2^-11) of max
   // |logit|) plus the q8 GEMM's rounding of each activation row to int8 (at most 0.5/127 of the row's max |a|, the
   // same first-order argument over the same 15 matmuls).
+  // (The unpatched fixture: the patched block is another model.)
   const Golden g = load_golden("llama_gqa");
-  const double err = max_abs_diff(prefill_all(dir.file("q.sqdk"), g.prompt), g.logits.data);
+  convert_gguf(gguf_fixture("llama_gqa-q8_0.gguf"), dir.file("orig.sqdk"));
+  const double err = max_abs_diff(prefill_all(dir.file("orig.sqdk"), g.prompt), g.logits.data);
   const double bound = 15 * (1.0 / 127 + std::ldexp(1.0, -11)) * max_abs(g.logits.data);
   MESSAGE("q8 (native) logits: max abs error " << err << ", bound " << bound);
   CHECK(err <= bound);
