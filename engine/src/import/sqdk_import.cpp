@@ -23,6 +23,7 @@ ConvertResult convert_sqdk(const std::string& sqdk_path, const std::string& out_
   const TokenizerSpec* tokenizer = options.with_tokenizer ? in.tokenizer() : nullptr;
   if (!options.with_tokenizer && config.tokenizer == TokenizerKind::bpe) config.tokenizer = TokenizerKind::none;
   if (tokenizer) result.tokenizer = tokenizer->summary();
+  else if (config.tokenizer == TokenizerKind::byte_level) result.tokenizer = "byte-level (kept from the config)";
   result.config = config;
 
   // Output types: asked for, else each tensor's own. ConvertResult reports the first linear weight's and tok_emb's.
