@@ -10,9 +10,11 @@ As a module:
 config is a dict: arch ("gpt2" | "llama"), d_model, n_layers, n_heads, n_kv_heads, head_dim, d_ff, n_vocab,
 max_seq, norm_eps, rope_theta, tied_embeddings, rope_interleaved, tokenizer ("none" | "byte_level" | "bpe"), bos_id,
 eos_id (None = no token), attention_scale (absent or None = the default 1/sqrt(head_dim); else finite and > 0,
-stored with flag bit 2 at header offset 108). Each tensor is (name, array) or (name, array, dtype) with dtype "f32" | "f16" | "bf16";
-without a dtype, float16 arrays are stored as f16 and other floats as f32. For bf16, pass float arrays (rounded to
-nearest even, as the C++ f32_to_bf16) or uint16 arrays holding the raw bf16 bits. write_sqdk(..., tokenizer=dict)
+stored with flag bit 2 at header offset 108). Each tensor is (name, array) or (name, array, dtype) with dtype "f32" |
+"f16" | "bf16" | "q8"; without a dtype, float16 arrays are stored as f16 and other floats as f32. For bf16, pass float
+arrays (rounded to nearest even, as the C++ f32_to_bf16) or uint16 arrays holding the raw bf16 bits. For q8 (GGUF's
+block_q8_0: per 32 elements along the last dimension, an f16 scale then 32 int8), pass float arrays (quantized as
+ops::quantize_row_q8, see quantize_q8); read_sqdk dequantizes q8 to float32. write_sqdk(..., tokenizer=dict)
 adds the tokenizer section (format version 2; see tokenizer_section).
 
 As a command:
@@ -46,8 +48,9 @@ ARCHS = {"gpt2": 0, "llama": 1}
 TOKENIZERS = {"none": 0, "byte_level": 1, "bpe": 2}
 TOKENIZER_STYLES = {"byte_level_bpe": 1, "sentencepiece_bpe": 2}
 CHAT_TEMPLATES = {"none": 0, "chatml": 1, "llama2": 2, "llama3": 3, "zephyr": 4}
-DTYPES = {"f32": 0, "f16": 1, "bf16": 2}
-DTYPE_SIZE = {"f32": 4, "f16": 2, "bf16": 2}
+DTYPES = {"f32": 0, "f16": 1, "bf16": 2, "q8": 3}
+DTYPE_SIZE = {"f32": 4, "f16": 2, "bf16": 2}  # q8: 34 bytes per 32 elements (Q8_BLOCK_BYTES)
+Q8_BLOCK, Q8_BLOCK_BYTES = 32, 34
 
 # Header fields after magic/version/file_size, in order: (offset, struct code, config key).
 _CONFIG_FIELDS = [(20, "I", "d_model"), (24, "I", "n_layers"), (28, "I", "n_heads"), (32, "I", "n_kv_heads"),
@@ -78,12 +81,44 @@ def f32_to_bf16_bits(a):
     return np.where(nan, ((x >> 16) | 0x40).astype(np.uint16), rounded)
 
 
+def quantize_q8(a):
+    """float array (last dimension a multiple of 32) -> the raw q8 blocks as uint8 bytes, as ops::quantize_row_q8:
+    per block d = f16(max|x| / 127) (the division in float32), q = round-half-even(x / d) with the f16-rounded d
+    (float32 division), clamped to [-127, 127]; an all-zero block has d = 0 and q = 0."""
+    x = np.ascontiguousarray(a, dtype=np.float32)
+    if x.ndim == 0 or x.shape[-1] % Q8_BLOCK != 0:
+        raise ValueError(f"q8: shape {list(x.shape)}: the last dimension must be a multiple of {Q8_BLOCK}")
+    if not np.all(np.isfinite(x)):
+        raise ValueError("q8: NaN or Inf in the values")
+    blocks = x.reshape(-1, Q8_BLOCK)
+    amax = np.max(np.abs(blocks), axis=1)
+    d16 = (amax / np.float32(127)).astype(np.float32).astype("<f2")
+    d = d16.astype(np.float32)[:, None]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        q = np.where(d > 0, np.rint(blocks / np.where(d > 0, d, np.float32(1))), np.float32(0))
+    q = np.clip(q, -127, 127).astype(np.int8)
+    out = np.empty((blocks.shape[0], Q8_BLOCK_BYTES), dtype=np.uint8)
+    out[:, :2] = d16.view(np.uint8).reshape(-1, 2)
+    out[:, 2:] = q.view(np.uint8)
+    return out.reshape(-1)
+
+
+def dequantize_q8(data, shape):
+    """The raw q8 blocks of a tensor of `shape` -> float32 (scale * q per block)."""
+    raw = np.frombuffer(data, np.uint8).reshape(-1, Q8_BLOCK_BYTES)
+    d = raw[:, :2].copy().view("<f2").astype(np.float32)
+    q = raw[:, 2:].copy().view(np.int8).astype(np.float32)
+    return (d * q).reshape(shape)
+
+
 def _tensor_bytes(array, dtype):
     a = np.asarray(array)
     if dtype is None:
         dtype = "f16" if a.dtype == np.float16 else "f32"
     if dtype not in DTYPES:
-        raise ValueError(f"unknown dtype {dtype!r} (expected f32, f16 or bf16)")
+        raise ValueError(f"unknown dtype {dtype!r} (expected f32, f16, bf16 or q8)")
+    if dtype == "q8":
+        return dtype, quantize_q8(a).tobytes()
     if dtype == "f32":
         data = np.ascontiguousarray(a, dtype="<f4")
     elif dtype == "f16":
@@ -254,7 +289,9 @@ def read_sqdk(path, verify=True):
         if verify and zlib.crc32(data) != crc:
             raise ValueError(f"{path}: tensor {name!r}: checksum mismatch")
         kind = names[dtype]
-        if kind == "bf16":
+        if kind == "q8":
+            array = dequantize_q8(data, shape)
+        elif kind == "bf16":
             array = (np.frombuffer(data, "<u2").astype(np.uint32) << 16).view(np.float32)
         else:
             array = np.frombuffer(data, "<f4" if kind == "f32" else "<f2")

@@ -14,4 +14,15 @@ size_t ModelWeights::packed_bytes() const {
   return total;
 }
 
+std::array<size_t, 3> ModelWeights::linear_bytes_by_type() const {
+  std::array<size_t, 3> by_type{};
+  auto add = [&](const Linear& lin) {
+    if (lin.N() > 0) by_type[static_cast<size_t>(lin.weights.type())] += lin.weights.bytes();
+  };
+  add(lm_head);
+  for (const auto& l : layers)
+    for (const Linear* lin : {&l.attn_qkv, &l.attn_out, &l.ffn_gate, &l.ffn_up, &l.ffn_down}) add(*lin);
+  return by_type;
+}
+
 }  // namespace sqrtdk

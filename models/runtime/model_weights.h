@@ -8,6 +8,7 @@
 #include "ops/base/aligned_buffer.h"
 #include "ops/gemm/gemm.h"
 
+#include <array>
 #include <vector>
 
 namespace sqrtdk {
@@ -46,6 +47,8 @@ struct ModelWeights {
 
   size_t qkv_width() const { return (config.n_heads + 2 * config.n_kv_heads) * config.head_dim; }
   size_t packed_bytes() const;  // memory held: packed linears, norms, converted tables (not the file mapping)
+  // The packed linear weights' bytes (lm head included) by their type, indexed by ops::WeightType (f32, bf16, q8).
+  std::array<size_t, 3> linear_bytes_by_type() const;
 };
 
 }  // namespace sqrtdk

@@ -383,8 +383,11 @@ TEST_CASE("format error: config bos/eos outside the vocabulary or a byte id") {
 
 TEST_CASE("format error: unknown dtype") {
   Patched p;
-  p.bytes[p.e("blk.0.attn_q.weight").dtype] = 3;
-  p.expect({"tensor 'blk.0.attn_q.weight'", "unknown dtype 3"});
+  p.bytes[p.e("blk.0.attn_q.weight").dtype] = 4;  // 3 is q8 (tests/engine/test_format_q8.cpp)
+  p.expect({"tensor 'blk.0.attn_q.weight'", "unknown dtype 4"});
+  Patched q;  // q8 on this fixture's [16, 8]: the shape cannot be q8
+  q.bytes[q.e("blk.0.attn_q.weight").dtype] = 3;
+  q.expect({"tensor 'blk.0.attn_q.weight'", "shape [16, 8] of q8", "not a multiple of 32"});
 }
 
 TEST_CASE("format error: n_dims 0 or > 4") {

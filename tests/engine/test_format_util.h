@@ -8,6 +8,7 @@
 #include <sqrtdk/format.h>
 
 #include "tests/common/temp_dir.h"
+#include "ops/gemm/gemm.h"
 
 #include <nlohmann/json.hpp>
 
@@ -53,6 +54,11 @@ struct Fixture {
 
 inline void encode(FixtureTensor& t) {
   const size_t n = t.values.size();
+  if (t.dtype == DType::q8) {  // blocks of 32 run on across rows: one call over the whole tensor
+    t.encoded.resize(n / ops::kQ8BlockSize * sizeof(ops::Q8Block));
+    ops::quantize_row_q8(t.values.data(), n, reinterpret_cast<ops::Q8Block*>(t.encoded.data()));
+    return;
+  }
   t.encoded.resize(n * dtype_size(t.dtype));
   for (size_t i = 0; i < n; ++i) {
     if (t.dtype == DType::f32) {

@@ -327,10 +327,10 @@ TEST_CASE("gguf: F16 fixture from bf16 weights is within f16 rounding of the saf
 
 TEST_CASE("gguf: Q8_0 fixture is within the Q8_0 rounding bound, weight by weight and in the logits") {
   TempDir dir;
-  const ConvertResult r = convert_gguf(gguf_fixture("llama_gqa-q8_0.gguf"), dir.file("g.sqdk"));
-  CHECK(r.dtype == DType::f32);
   ConvertOptions f32;
-  f32.dtype = DType::f32;
+  f32.dtype = DType::f32;  // dequantized (the default, q8, copies the blocks: tests/engine/test_format_q8.cpp)
+  const ConvertResult r = convert_gguf(gguf_fixture("llama_gqa-q8_0.gguf"), dir.file("g.sqdk"), f32);
+  CHECK(r.dtype == DType::f32);
   convert_hf_checkpoint(golden_dir("llama_gqa") + "/hf", dir.file("h.sqdk"), f32);
   const auto got = read_all_f32(dir.file("g.sqdk")), want = read_all_f32(dir.file("h.sqdk"));
   const auto file = WeightFile::open(dir.file("h.sqdk"));
@@ -718,6 +718,106 @@ TEST_CASE("cli: sqrtdk convert takes a GGUF file by its magic, whatever its name
   CHECK(std::count(text2.begin(), text2.end(), '\n') == 1);
   CHECK(text2.find("tensor 'blk.1.ffn_up.weight': type Q4_K (12) is not supported") != std::string::npos);
   CHECK_FALSE(fs::exists(dir.file("q.sqdk")));
+}
+
+
+TEST_CASE("gguf: Q8_0 imports as q8 block for block (no requantization), q/k rows unpermuted whole, and runs") {
+  TempDir dir;
+  // The fixture's blocks are llama.cpp's quantization, which requantizing would reproduce (max |q| = 127 in every
+  // block): so that the comparison can tell a copy from a requantization, one block of attn_v gets q values no
+  // quantizer of ours makes (all 1..32, scale kept): a valid Q8_0 block that requantizing would change.
+  const std::string gguf = dir.file("patched.gguf");
+  {
+    auto bytes = read_bytes(gguf_fixture("llama_gqa-q8_0.gguf"));
+    const auto orig = GgufFile::open(gguf_fixture("llama_gqa-q8_0.gguf"));
+    const GgufTensor* v = orig->find_tensor("blk.0.attn_v.weight");
+    REQUIRE(v != nullptr);
+    REQUIRE(v->type == uint32_t(GgmlType::q8_0));
+    for (int i = 0; i < 32; ++i) bytes[v->offset + 34 + 2 + i] = static_cast<unsigned char>(i + 1);  // block 1
+    write_bytes(gguf, bytes);
+  }
+  const ConvertResult r = convert_gguf(gguf, dir.file("q.sqdk"));  // default: every linear weight is Q8_0 -> q8
+  CHECK(r.dtype == DType::q8);
+  const auto f = GgufFile::open(gguf);
+  const auto out = WeightFile::open(dir.file("q.sqdk"));
+  const std::vector<GgufPlannedTensor> plan = plan_gguf_tensors(*f, out->config());
+  size_t n_blocks_compared = 0;
+  for (const GgufPlannedTensor& p : plan) {
+    CAPTURE(p.name);
+    const TensorInfo& t = *out->find(p.name);
+    if (p.source->type != uint32_t(GgmlType::q8_0)) {  // norms: F32 in the GGUF, f32 here
+      CHECK(t.dtype == DType::f32);
+      continue;
+    }
+    REQUIRE(t.dtype == DType::q8);
+    REQUIRE(t.size == p.source->size);
+    const uint64_t rows = p.source->n_rows(), row_bytes = p.source->row_bytes();
+    const uint64_t head_dim = p.unpermute_heads ? rows / p.unpermute_heads : 0;
+    std::vector<unsigned char> row(row_bytes);
+    for (uint64_t i = 0; i < rows; ++i) {
+      const uint64_t src_row = head_dim ? gguf_rope_source_row(i, head_dim) : i;
+      f->read(p.source->offset + src_row * row_bytes, row_bytes, row.data());
+      REQUIRE(std::memcmp(static_cast<const unsigned char*>(out->data(t)) + i * row_bytes, row.data(), row_bytes) == 0);
+    }
+    n_blocks_compared += t.size / 34;
+  }
+  MESSAGE(n_blocks_compared << " Q8_0 blocks equal byte for byte");
+  CHECK(n_blocks_compared > 0);
+  CHECK(out->find("tok_emb")->dtype == DType::q8);  // Q8_0 in the fixture (d_model is a multiple of 32)
+  // The model runs its q8 layers natively. Bound: the dequantized import's (above: 15 x (0.5/127 + 2^-11) of max
+  // |logit|) plus the q8 GEMM's rounding of each activation row to int8 (at most 0.5/127 of the row's max |a|, the
+  // same first-order argument over the same 15 matmuls).
+  // (The unpatched fixture: the patched block is another model.)
+  const Golden g = load_golden("llama_gqa");
+  convert_gguf(gguf_fixture("llama_gqa-q8_0.gguf"), dir.file("orig.sqdk"));
+  const double err = max_abs_diff(prefill_all(dir.file("orig.sqdk"), g.prompt), g.logits.data);
+  const double bound = 15 * (1.0 / 127 + std::ldexp(1.0, -11)) * max_abs(g.logits.data);
+  MESSAGE("q8 (native) logits: max abs error " << err << ", bound " << bound);
+  CHECK(err <= bound);
+  // The embeddings and head in another type on request; the linear layers' blocks are still copied.
+  ConvertOptions head_f32;
+  head_f32.head_dtype = DType::f32;
+  const ConvertResult r2 = convert_gguf(gguf, dir.file("h.sqdk"), head_f32);
+  CHECK(r2.dtype == DType::q8);
+  CHECK(r2.head_dtype == DType::f32);
+  const auto h = WeightFile::open(dir.file("h.sqdk"));
+  CHECK(h->find("tok_emb")->dtype == DType::f32);
+  CHECK(h->find("blk.0.attn_v.weight")->dtype == DType::q8);
+}
+
+TEST_CASE("convert HF --dtype q8: linears and embeddings q8 from the f32 weights, norms f32, logits within bound") {
+  TempDir dir;
+  ConvertOptions f32, q8;
+  f32.dtype = DType::f32;
+  q8.dtype = DType::q8;
+  const std::string hf = golden_dir("llama_gqa") + "/hf";
+  convert_hf_checkpoint(hf, dir.file("f.sqdk"), f32);
+  const ConvertResult r = convert_hf_checkpoint(hf, dir.file("q.sqdk"), q8);
+  CHECK(r.dtype == DType::q8);
+  CHECK(r.head_dtype == DType::q8);
+  const auto f = WeightFile::open(dir.file("f.sqdk")), q = WeightFile::open(dir.file("q.sqdk"));
+  REQUIRE(f->tensors().size() == q->tensors().size());
+  for (size_t i = 0; i < f->tensors().size(); ++i) {
+    const TensorInfo &a = f->tensors()[i], &b = q->tensors()[i];
+    CAPTURE(a.name);
+    if (a.shape.size() == 1) {
+      CHECK(b.dtype == DType::f32);
+      CHECK(std::memcmp(f->data(a), q->data(b), a.size) == 0);
+      continue;
+    }
+    REQUIRE(b.dtype == DType::q8);
+    std::vector<float> x(a.n_elements());
+    f->read_f32(a, x.data());
+    std::vector<ops::Q8Block> want(x.size() / 32);
+    ops::quantize_row_q8(x.data(), x.size(), want.data());
+    CHECK(std::memcmp(q->data(b), want.data(), b.size) == 0);  // chunked conversion = one quantization of the rows
+  }
+  // Bound as for the native Q8_0 import (same model, same 15 matmuls, same roundings).
+  const Golden g = load_golden("llama_gqa");
+  const double err = max_abs_diff(prefill_all(dir.file("q.sqdk"), g.prompt), g.logits.data);
+  const double bound = 15 * (1.0 / 127 + std::ldexp(1.0, -11)) * max_abs(g.logits.data);
+  MESSAGE("HF -> q8 logits: max abs error " << err << ", bound " << bound);
+  CHECK(err <= bound);
 }
 
 }  // namespace sqrtdk::test

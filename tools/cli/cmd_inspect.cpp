@@ -1,5 +1,6 @@
 // sqrtdk inspect FILE [--json] [--check] [--no-verify]: loads a .sqdk file with every check of the loader and prints
-// its config, the tensor table (name, dtype, shape, bytes), the parameter count and the checksum status.
+// its config, the tensor table (name, dtype, shape, bytes), the parameter count, the bytes stored per dtype
+// (f32, f16, bf16, q8) and the checksum status.
 // --check also counts NaN/Inf values per tensor and fails (exit 2) if any tensor holds one.
 // A bad file: one line "sqrtdk: error: <path>: ..." on stderr, exit 2 (sqrtdk::Error propagates to main).
 #include "tools/cli/commands.h"
@@ -14,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include <chrono>
+#include <iterator>
 #include <cstdio>
 #include <memory>
 
@@ -68,6 +70,17 @@ void run_inspect(const InspectOptions& o) {
     for (size_t i = 0; i < tensors.size(); ++i) n_bad += (nonfinite[i] = wf->count_nonfinite(tensors[i])) != 0;
   uint64_t n_params = 0;
   for (const auto& t : tensors) n_params += t.n_elements();
+  // Stored tensors and bytes by dtype, in dtype order (a q8 model: q8 linears, f32 norms, the head's type).
+  struct TypeTotal {
+    size_t n_tensors = 0;
+    uint64_t bytes = 0;
+  };
+  constexpr DType kDTypes[] = {DType::f32, DType::f16, DType::bf16, DType::q8};
+  TypeTotal by_dtype[std::size(kDTypes)];
+  for (const auto& t : tensors) {
+    by_dtype[static_cast<size_t>(t.dtype)].n_tensors += 1;
+    by_dtype[static_cast<size_t>(t.dtype)].bytes += t.size;
+  }
 
   if (o.json) {
     nlohmann::json j;
@@ -113,6 +126,11 @@ void run_inspect(const InspectOptions& o) {
                         {"end_of_turn_ids", t->end_of_turn_ids}};
     }
     j["n_params"] = n_params;
+    nlohmann::json types = nlohmann::json::object();
+    for (DType d : kDTypes)
+      if (const TypeTotal& tt = by_dtype[static_cast<size_t>(d)]; tt.n_tensors)
+        types[dtype_name(d)] = {{"tensors", tt.n_tensors}, {"bytes", tt.bytes}};
+    j["bytes_by_dtype"] = std::move(types);
     j["checksums"] = wf->checksums_verified() ? "verified" : "not verified";
     j["load_ms"] = load_ms;
     nlohmann::json list = nlohmann::json::array();
@@ -160,6 +178,12 @@ void run_inspect(const InspectOptions& o) {
       if (!t->split_regex.empty()) std::printf("            split regex %s\n", t->split_regex.c_str());
     }
     std::printf("parameters  %s in %zu tensors\n", with_commas(n_params).c_str(), tensors.size());
+    std::string types;
+    for (DType d : kDTypes)
+      if (const TypeTotal& tt = by_dtype[static_cast<size_t>(d)]; tt.n_tensors)
+        types += (types.empty() ? "" : ", ") + std::string(dtype_name(d)) + " " + with_commas(tt.bytes) +
+                 " bytes in " + std::to_string(tt.n_tensors) + " tensor" + (tt.n_tensors == 1 ? "" : "s");
+    std::printf("dtypes      %s\n", types.c_str());
     if (wf->checksums_verified())
       std::printf("checksums   verified (CRC-32 of the header and every tensor; load took %.1f ms)\n", load_ms);
     else

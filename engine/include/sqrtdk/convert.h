@@ -33,7 +33,12 @@ namespace sqrtdk {
 ModelConfig parse_hf_config(std::string_view json_text, const std::string& where);
 
 struct ConvertOptions {
-  std::optional<DType> dtype;  // output dtype; unset: the dtype of the checkpoint's weights if they share one, else f32
+  // Output dtype; unset: the dtype of the checkpoint's weights if they share one, else f32 (GGUF: q8 when every
+  // linear weight is Q8_0; .sqdk input: each tensor keeps its type). With q8 the linear layers' weight matrices are
+  // q8 (their last dimension must be a multiple of 32), norms and biases f32; with f32/f16/bf16 every tensor has it.
+  std::optional<DType> dtype;
+  // The embeddings' and lm head's dtype (tok_emb, pos_emb, lm_head.weight); unset: the same as dtype.
+  std::optional<DType> head_dtype;
   // Store the folder's tokenizer (tokenizer.json + tokenizer_config.json, vocab.json + merges.txt, or
   // tokenizer.model: <sqrtdk/tokenizer.h> tokenizer_spec_from_dir) in the file, so the model takes text. The
   // tokenizer's BOS/EOS ids replace config.json's (they are what it adds and where generation stops).
@@ -44,7 +49,8 @@ struct ConvertOptions {
 
 struct ConvertResult {
   ModelConfig config;
-  DType dtype = DType::f32;
+  DType dtype = DType::f32;       // the linear weights' type
+  DType head_dtype = DType::f32;  // the embeddings' and lm head's
   size_t n_tensors = 0;
   uint64_t bytes_read = 0;     // source tensor bytes read
   uint64_t file_size = 0;      // size of the .sqdk written
@@ -59,13 +65,21 @@ ConvertResult convert_hf_checkpoint(const std::string& hf_dir, const std::string
                                     const ConvertOptions& options = {});
 
 // Converts a llama.cpp GGUF file (version 2 or 3) to `out_path`: architectures llama and gpt2; tensor types F32,
-// F16, BF16 and Q8_0 (dequantized to the output dtype; default: the tensors' own dtype when they share F32, F16 or
-// BF16, else f32). llama q/k rows are put back from llama.cpp's interleaved order into the Hugging Face layout, so
+// F16, BF16 and Q8_0. A tensor whose output type is its own is copied (Q8_0 blocks are .sqdk's q8 blocks, byte for
+// byte: no requantization); others are converted. Default output: q8 when every linear weight is Q8_0 (the
+// embeddings and lm head q8 if Q8_0 too, else f32), else the tensors' own dtype when they share F32, F16 or BF16,
+// else f32. llama q/k rows are put back from llama.cpp's interleaved order into the Hugging Face layout, so
 // the file has rotate-half RoPE. The tokenizer in tokenizer.ggml.* (model "gpt2" or "llama") is read too. The whole
 // file is checked (layout, metadata, every tensor's presence, type and shape, unused tensors) before the output is
 // created. Throws sqrtdk::Error naming the file and the key or tensor (kind unsupported for a valid file sqrtdk
 // cannot run: another architecture, a Q4_K tensor, RoPE scaling).
 ConvertResult convert_gguf(const std::string& gguf_path, const std::string& out_path,
+                           const ConvertOptions& options = {});
+
+// Re-types an existing .sqdk file (e.g. the f32 bundled model -> bf16 or q8): the same config, tensors and
+// tokenizer, each tensor converted to its output type (options.dtype / head_dtype; unset: kept) through f32, or copied
+// when the type stays. The input is fully validated (WeightFile::open) first. Throws sqrtdk::Error naming the tensor.
+ConvertResult convert_sqdk(const std::string& sqdk_path, const std::string& out_path,
                            const ConvertOptions& options = {});
 
 }  // namespace sqrtdk

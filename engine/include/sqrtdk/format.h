@@ -18,13 +18,23 @@ namespace sqrtdk {
 
 struct TokenizerSpec;  // <sqrtdk/tokenizer.h>
 
-enum class DType : uint8_t { f32 = 0, f16 = 1, bf16 = 2 };
+// q8: GGUF's block_q8_0 (ops::Q8Block: an f16 scale and 32 int8, 34 bytes per 32 elements along the last
+// dimension, which must be a multiple of 32); a row of K elements is K/32 blocks (engine/FORMAT.md "q8").
+enum class DType : uint8_t { f32 = 0, f16 = 1, bf16 = 2, q8 = 3 };
 
 // The family whose name is `name` (models/families.cpp); throws sqrtdk::Error listing the known ones otherwise.
 Arch parse_arch(std::string_view name);
-const char* dtype_name(DType dtype);     // "f32", "f16", "bf16"
+const char* dtype_name(DType dtype);     // "f32", "f16", "bf16", "q8"
 DType parse_dtype(std::string_view name);
-size_t dtype_size(DType dtype);  // bytes per element
+size_t dtype_size(DType dtype);  // bytes per element (f32, f16, bf16); q8 has no per-element size: tensor_bytes
+inline constexpr uint64_t kQ8BlockElements = 32, kQ8BlockBytes = 34;
+// The bytes a tensor of `dtype` and `shape` stores (q8: product(shape)/32 blocks of 34 bytes). Empty string on
+// success; else why not, one phrase for an error message: a q8 shape whose last dimension is not a multiple of 32,
+// an empty shape or a zero dimension, or a size past 2^64 bytes.
+std::string tensor_bytes_problem(DType dtype, const std::vector<uint64_t>& shape, uint64_t& bytes);
+// The same, throwing sqrtdk::Error "<where>: tensor '<name>': shape [..] of <dtype>: <problem>" (kind bad_input).
+uint64_t tensor_bytes(DType dtype, const std::vector<uint64_t>& shape, const std::string& where = {},
+                      std::string_view name = {});
 
 struct TensorInfo {
   std::string name;
@@ -64,9 +74,11 @@ class WeightFile {
   const TensorInfo& require(std::string_view name, const std::vector<uint64_t>& expected_shape) const;
   // The tensor's bytes inside the mapping (read-only, 64-byte aligned).
   const void* data(const TensorInfo& tensor) const;
-  // Converts the tensor to f32 into dst (n_elements() floats); f16 and bf16 are widened.
+  // Converts the tensor to f32 into dst (n_elements() floats); f16 and bf16 are widened, q8 dequantized
+  // (scale·q per block).
   void read_f32(const TensorInfo& tensor, float* dst) const;
-  // Elements of the tensor that are NaN or +-Inf (for `sqrtdk inspect --check`).
+  // Elements of the tensor that are NaN or +-Inf (for `sqrtdk inspect --check`; q8: the 32 elements of each block
+  // whose scale is).
   uint64_t count_nonfinite(const TensorInfo& tensor) const;
   // The tokenizer section (version-2 files whose config says tokenizer bpe), checked; nullptr if the file has none.
   const TokenizerSpec* tokenizer() const { return tokenizer_.get(); }
@@ -92,7 +104,7 @@ struct TensorToWrite {
   std::string name;
   DType dtype = DType::f32;
   std::vector<uint64_t> shape;
-  const void* data = nullptr;  // product(shape) elements of dtype, little-endian
+  const void* data = nullptr;  // tensor_bytes(dtype, shape) bytes: elements of dtype (q8: blocks), little-endian
 };
 // `tokenizer` (may be null): stored as the tokenizer section (the file is then version 2; config.tokenizer must be
 // bpe, with the spec's BOS/EOS ids).

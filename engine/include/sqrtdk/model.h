@@ -12,6 +12,8 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace sqrtdk {
 
@@ -38,6 +40,9 @@ class Model {
   Isa isa() const;
   uint64_t n_params() const;
   size_t packed_bytes() const;  // memory held by the packed weights and other per-model tables
+  // The packed linear layers' bytes (lm head included) by the type they run in: ("f32", n), ("bf16", n), ("q8", n),
+  // types without any left out. A layer is bf16 or q8 when the file stores all its parts so, else f32.
+  std::vector<std::pair<std::string, size_t>> packed_bytes_by_type() const;
   double load_seconds() const;
   // The model's tokenizer (the file's tokenizer section, or the byte tokenizer), or nullptr when the file has none
   // (callers then pass token ids). Lives as long as the Model. require_tokenizer() throws a clear error instead.

@@ -6,6 +6,7 @@
 
 #include "engine/src/format/format_internal.h"
 #include "ops/base/float16.h"
+#include "ops/gemm/gemm.h"
 #include "models/family.h"
 
 #include <cmath>
@@ -27,6 +28,7 @@ const char* dtype_name(DType dtype) {
     case DType::f32: return "f32";
     case DType::f16: return "f16";
     case DType::bf16: return "bf16";
+    case DType::q8: return "q8";
   }
   return "unknown";
 }
@@ -35,10 +37,53 @@ DType parse_dtype(std::string_view name) {
   if (name == "f32") return DType::f32;
   if (name == "f16") return DType::f16;
   if (name == "bf16") return DType::bf16;
-  throw Error("unknown dtype '" + quote_name(name) + "' (expected f32, f16 or bf16)");
+  if (name == "q8") return DType::q8;
+  throw Error("unknown dtype '" + quote_name(name) + "' (expected f32, f16, bf16 or q8)");
 }
 
-size_t dtype_size(DType dtype) { return dtype == DType::f32 ? 4 : 2; }
+size_t dtype_size(DType dtype) {
+  switch (dtype) {
+    case DType::f32: return 4;
+    case DType::f16:
+    case DType::bf16: return 2;
+    case DType::q8: break;
+  }
+  // A caller sizing q8 by elements would compute a wrong size silently: refuse loudly instead.
+  throw Error(std::string("dtype_size: ") + dtype_name(dtype) + " has no per-element size (use tensor_bytes)");
+}
+
+std::string tensor_bytes_problem(DType dtype, const std::vector<uint64_t>& shape, uint64_t& bytes) {
+  if (shape.empty()) return "no dimensions";
+  uint64_t n = 1;
+  for (uint64_t d : shape) {
+    if (d == 0) return "a dimension is 0 (expected >= 1)";
+    if (__builtin_mul_overflow(n, d, &n)) return "more than 2^64 elements";
+  }
+  if (dtype == DType::q8) {
+    static_assert(sizeof(ops::Q8Block) == kQ8BlockBytes && ops::kQ8BlockSize == kQ8BlockElements);
+    if (shape.back() % kQ8BlockElements != 0)
+      return "the last dimension " + std::to_string(shape.back()) +
+             " is not a multiple of 32 (q8 stores blocks of 32 along it)";
+    if (__builtin_mul_overflow(n / kQ8BlockElements, kQ8BlockBytes, &bytes)) return "more than 2^64 bytes";
+    return {};
+  }
+  if (static_cast<uint8_t>(dtype) > 3) return "unknown dtype " + std::to_string(static_cast<unsigned>(dtype));
+  if (__builtin_mul_overflow(n, uint64_t{dtype_size(dtype)}, &bytes)) return "more than 2^64 bytes";
+  return {};
+}
+
+uint64_t tensor_bytes(DType dtype, const std::vector<uint64_t>& shape, const std::string& where,
+                      std::string_view name) {
+  uint64_t bytes = 0;
+  if (std::string problem = tensor_bytes_problem(dtype, shape, bytes); !problem.empty()) {
+    TensorInfo t;
+    t.shape = shape;
+    throw Error((where.empty() ? std::string() : where + ": ") +
+                (name.empty() ? std::string() : "tensor '" + quote_name(name) + "': ") + "shape " + t.shape_string() +
+                " of " + dtype_name(dtype) + ": " + problem);
+  }
+  return bytes;
+}
 
 uint64_t TensorInfo::n_elements() const {
   uint64_t n = 1;

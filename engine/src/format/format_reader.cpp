@@ -17,6 +17,7 @@
 
 #include "engine/src/format/format_internal.h"
 #include "ops/base/threading.h"
+#include "ops/gemm/gemm.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -60,10 +61,11 @@ struct Piece {
 
 std::vector<Piece> make_pieces(const std::vector<TensorInfo>& tensors) {
   constexpr uint64_t kPiece = uint64_t{4} << 20;  // 4 MiB: many pieces per big tensor, cheap to combine
+  constexpr uint64_t kQ8Piece = kPiece / kQ8BlockBytes * kQ8BlockBytes;  // whole blocks, for the finite scan
   std::vector<Piece> pieces;
   for (uint32_t i = 0; i < tensors.size(); ++i)
-    for (uint64_t at = 0; at < tensors[i].size; at += kPiece)
-      pieces.push_back({i, tensors[i].offset + at, std::min(kPiece, tensors[i].size - at)});
+    for (uint64_t at = 0, step = tensors[i].dtype == DType::q8 ? kQ8Piece : kPiece; at < tensors[i].size; at += step)
+      pieces.push_back({i, tensors[i].offset + at, std::min(step, tensors[i].size - at)});
   return pieces;
 }
 
@@ -85,9 +87,14 @@ uint64_t scan_piece(const unsigned char* base, const Piece& piece, const Fn& fn)
   return result;
 }
 
+// `p` and `size` cover whole elements (q8: whole blocks): scan pieces are 4 MiB from the tensor's start, and a
+// q8 tensor's pieces are cut at multiples of 34 bytes (make_pieces).
 uint64_t count_nonfinite_bytes(const unsigned char* p, uint64_t size, DType dtype) {
   uint64_t bad = 0;
-  if (dtype == DType::f32) {
+  if (dtype == DType::q8) {  // only the f16 scale can be NaN/Inf; it spoils all 32 values of its block
+    for (uint64_t i = 0; i + kQ8BlockBytes <= size; i += kQ8BlockBytes)
+      bad += (load_u16(p + i) & 0x7C00) == 0x7C00 ? kQ8BlockElements : 0;
+  } else if (dtype == DType::f32) {
     for (uint64_t i = 0; i + 4 <= size; i += 4) bad += (load_u32(p + i) & 0x7F800000u) == 0x7F800000u;
   } else {
     const uint16_t mask = dtype == DType::f16 ? 0x7C00 : 0x7F80;
@@ -265,7 +272,8 @@ TensorInfo read_entry(const std::string& P, uint32_t i, const unsigned char* dir
   need(2, "dtype");
   const uint8_t dtype = dir[at], n_dims = dir[at + 1];
   at += 2;
-  if (dtype > 2) throw fail("unknown dtype " + std::to_string(dtype) + " (expected 0 = f32, 1 = f16, 2 = bf16)");
+  if (dtype > 3)
+    throw fail("unknown dtype " + std::to_string(dtype) + " (expected 0 = f32, 1 = f16, 2 = bf16, 3 = q8)");
   t.dtype = static_cast<DType>(dtype);
   if (n_dims == 0 || n_dims > kMaxDims)
     throw fail("n_dims " + std::to_string(n_dims) + " (expected 1.." + std::to_string(kMaxDims) + ")");
@@ -283,12 +291,13 @@ TensorInfo read_entry(const std::string& P, uint32_t i, const unsigned char* dir
   t.size = load_u64(dir + at + 8);
   t.crc32 = load_u32(dir + at + 16);
   at += 20;
-  uint64_t bytes;
-  if (__builtin_mul_overflow(n_elements, uint64_t{dtype_size(t.dtype)}, &bytes))
-    throw fail("shape " + t.shape_string() + " of " + dtype_name(t.dtype) + " is more than 2^64 bytes");
+  uint64_t bytes = 0;
+  if (std::string problem = tensor_bytes_problem(t.dtype, t.shape, bytes); !problem.empty())
+    throw fail("shape " + t.shape_string() + " of " + dtype_name(t.dtype) + ": " + problem);
   if (t.size != bytes)
     throw fail("shape " + t.shape_string() + " has " + u64s(n_elements) + " elements but size " + u64s(t.size) +
-               " bytes (expected " + u64s(bytes) + " bytes for " + dtype_name(t.dtype) + ")");
+               " bytes (expected " + u64s(bytes) + " bytes for " + dtype_name(t.dtype) +
+               (t.dtype == DType::q8 ? ": 34-byte blocks of 32 elements)" : ")"));
   if (t.offset % kAlignment != 0) throw fail("data offset " + u64s(t.offset) + " is not a multiple of 64");
   if (t.offset < data_offset)
     throw fail("data offset " + u64s(t.offset) + " is before data_offset " + u64s(data_offset));
@@ -469,6 +478,11 @@ void WeightFile::read_f32(const TensorInfo& tensor, float* dst) const {
     case DType::bf16:
       for (uint64_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(load_u16(src + 2 * i));
       break;
+    case DType::q8: {  // blocks run on across rows (K is a multiple of 32): one call over the whole tensor
+      static_assert(alignof(ops::Q8Block) == 2);  // tensor data is 64-aligned, so the blocks are aligned
+      ops::dequantize_row_q8(reinterpret_cast<const ops::Q8Block*>(src), n, dst);
+      break;
+    }
   }
 }
 

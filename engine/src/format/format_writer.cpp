@@ -172,16 +172,13 @@ WeightFileWriter::WeightFileWriter(const std::string& path, const ModelConfig& c
     const std::string where = path + ": tensor '" + quote_name(t.name) + "': ";
     if (std::string problem = name_problem(t.name); !problem.empty()) throw Error(where + problem);
     if (!names.insert(t.name).second) throw Error(where + "duplicate name");
-    if (static_cast<uint8_t>(t.dtype) > 2) throw Error(where + "unknown dtype");
+    if (static_cast<uint8_t>(t.dtype) > 3) throw Error(where + "unknown dtype");
     if (t.shape.empty() || t.shape.size() > kMaxDims) throw Error(where + "n_dims must be 1..4");
-    uint64_t n = 1;
-    for (uint64_t d : t.shape)
-      if (d == 0 || __builtin_mul_overflow(n, d, &n)) throw Error(where + "zero or overflowing dimension");
     TensorInfo info;
     info.name = t.name;
     info.dtype = t.dtype;
     info.shape = t.shape;
-    if (__builtin_mul_overflow(n, uint64_t{dtype_size(t.dtype)}, &info.size)) throw Error(where + "size overflows");
+    info.size = tensor_bytes(t.dtype, t.shape, path, t.name);  // q8: the last dimension a multiple of 32
     s.infos.push_back(std::move(info));
   }
   check_family_tensors(config, s.infos, path);
@@ -307,9 +304,7 @@ void write_weight_file(const std::string& path, const ModelConfig& config, const
     if (t.data == nullptr) throw Error(path + ": tensor '" + quote_name(t.name) + "': no data");
   WeightFileWriter writer(path, config, declared);
   for (size_t i = 0; i < tensors.size(); ++i) {
-    uint64_t n = dtype_size(tensors[i].dtype);
-    for (uint64_t d : tensors[i].shape) n *= d;  // checked by the writer's constructor
-    writer.append(tensors[i].data, n);
+    writer.append(tensors[i].data, tensor_bytes(tensors[i].dtype, tensors[i].shape));  // checked by the constructor
   }
   if (tokenizer) writer.set_tokenizer(*tokenizer);
   writer.commit();

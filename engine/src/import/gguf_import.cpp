@@ -11,6 +11,7 @@
 #include <sqrtdk/error.h>
 
 #include "engine/src/format/format_internal.h"
+#include "engine/src/import/dtype_convert.h"
 #include "models/family.h"
 
 #include <algorithm>
@@ -26,7 +27,8 @@ using format_detail::quote_name;
 namespace {
 
 constexpr uint64_t kChunkElements = uint64_t{1} << 20;  // 4 MiB of f32 per conversion step
-constexpr uint64_t kQ8Block = 32, kQ8BlockBytes = 34;   // Q8_0: f16 scale d, then 32 int8 q; value = d * q
+// Q8_0: f16 scale d, then 32 int8 q; value = d * q. The same block as .sqdk's q8 (<sqrtdk/format.h>).
+constexpr uint64_t kQ8Block = sqrtdk::kQ8BlockElements;
 
 Error unsupported(const std::string& message) { return Error(ErrorKind::unsupported, message); }
 Error bad_file(const std::string& message) { return Error(ErrorKind::bad_file, message); }
@@ -221,7 +223,7 @@ void gguf_decode_f32(uint32_t type, const unsigned char* src, uint64_t n, float*
       return;
     case GgmlType::q8_0:
       for (uint64_t b = 0; b < n / kQ8Block; ++b) {
-        const unsigned char* block = src + b * kQ8BlockBytes;
+        const unsigned char* block = src + b * sqrtdk::kQ8BlockBytes;
         uint16_t h;
         std::memcpy(&h, block, 2);
         const float d = f16_to_f32(h);  // as llama.cpp's dequantize_row_q8_0: f32(d) * q, one rounding
@@ -392,21 +394,6 @@ std::optional<DType> lossless_dtype(uint32_t type) {
   return std::nullopt;
 }
 
-// f32 -> `to`; returns how many finite values became infinite.
-uint64_t encode(const float* src, uint64_t n, DType to, unsigned char* dst) {
-  uint64_t overflowed = 0;
-  if (to == DType::f32) {
-    std::memcpy(dst, src, n * 4);
-    return 0;
-  }
-  for (uint64_t i = 0; i < n; ++i) {
-    const uint16_t h = to == DType::f16 ? f32_to_f16(src[i]) : f32_to_bf16(src[i]);
-    std::memcpy(dst + 2 * i, &h, 2);
-    overflowed += std::isfinite(src[i]) && (h & 0x7FFFu) == (to == DType::f16 ? 0x7C00u : 0x7F80u);
-  }
-  return overflowed;
-}
-
 }  // namespace
 
 ConvertResult convert_gguf_with(const std::string& gguf_path, const std::string& out_path,
@@ -426,23 +413,38 @@ ConvertResult convert_gguf_with(const std::string& gguf_path, const std::string&
     result.tokenizer = tokenizer->summary();
   }
 
-  // Output dtype: asked for, else the tensors' own when they share a lossless one, else f32.
+  // Output dtype: asked for; else q8 when every linear weight is Q8_0 (copied as it is), with the embeddings and lm
+  // head q8 if they are Q8_0 too, else f32; else the tensors' own when they share a lossless one; else f32.
+  const auto is_q8 = [](const GgufPlannedTensor& p) { return p.source->type == uint32_t(GgmlType::q8_0); };
+  const auto is_linear = [](const GgufPlannedTensor& p) {
+    return p.shape.size() == 2 && !import_detail::is_head_tensor(p.name);
+  };
   DType out_dtype = DType::f32;
+  std::optional<DType> default_head;
   if (options.dtype) {
     out_dtype = *options.dtype;
+  } else if (std::all_of(plan.begin(), plan.end(), [&](const GgufPlannedTensor& p) { return !is_linear(p) || is_q8(p); })) {
+    out_dtype = DType::q8;
+    default_head = std::all_of(plan.begin(), plan.end(), [&](const GgufPlannedTensor& p) {
+      return !import_detail::is_head_tensor(p.name) || is_q8(p);
+    }) ? DType::q8 : DType::f32;
   } else if (const uint32_t first = plan.front().source->type;
              lossless_dtype(first) && std::all_of(plan.begin(), plan.end(), [&](const GgufPlannedTensor& p) {
                return p.source->type == first;
              })) {
     out_dtype = *lossless_dtype(first);
   }
+  const DType head_dtype = options.head_dtype.value_or(default_head.value_or(out_dtype));
   result.dtype = out_dtype;
+  result.head_dtype = head_dtype;
 
   std::vector<TensorToDeclare> declared;
   uint64_t total_bytes = 0;
   for (const auto& p : plan) {
-    declared.push_back({p.name, out_dtype, p.shape});
-    total_bytes += p.source->n_elements * dtype_size(out_dtype);
+    const DType out = import_detail::output_dtype_for(p.name, p.shape, out_dtype, head_dtype);
+    import_detail::check_output_dtype(f.path(), p.name, p.shape, out);
+    declared.push_back({p.name, out, p.shape});
+    total_bytes += tensor_bytes(out, p.shape);
   }
   std::error_code ec;
   if (std::filesystem::equivalent(out_path, gguf_path, ec))
@@ -453,12 +455,15 @@ ConvertResult convert_gguf_with(const std::string& gguf_path, const std::string&
   std::vector<unsigned char> raw, encoded;
   std::vector<float> values;
   uint64_t done_bytes = 0;
-  for (const auto& p : plan) {
+  for (size_t i = 0; i < plan.size(); ++i) {
+    const GgufPlannedTensor& p = plan[i];
+    const DType out_dtype = declared[i].dtype;
     const GgufTensor& t = *p.source;
     const uint64_t row_elements = t.row_elements(), n_rows = t.n_rows(), row_bytes = t.row_bytes();
     const uint64_t head_dim = p.unpermute_heads && knobs.unpermute_qk ? n_rows / p.unpermute_heads : 0;
     // A raw copy when nothing changes: same dtype, rows in place (bit-identical, NaN payloads included).
-    const bool copy = lossless_dtype(t.type) == out_dtype;
+    // Q8_0 to q8 too: .sqdk's q8 blocks are GGUF's block_q8_0, and whole rows move (the q/k unpermutation).
+    const bool copy = lossless_dtype(t.type) == out_dtype || (t.type == uint32_t(GgmlType::q8_0) && out_dtype == DType::q8);
     const uint64_t rows_per_step = std::max<uint64_t>(1, kChunkElements / row_elements);
     uint64_t overflowed = 0;
     for (uint64_t r0 = 0; r0 < n_rows; r0 += rows_per_step) {
@@ -474,12 +479,17 @@ ConvertResult convert_gguf_with(const std::string& gguf_path, const std::string&
       if (!copy) {
         values.resize(n);
         gguf_decode_f32(t.type, raw.data(), n, values.data());
-        encoded.resize(n * dtype_size(out_dtype));
-        overflowed += encode(values.data(), n, out_dtype, encoded.data());
+        encoded.resize(import_detail::encoded_bytes(out_dtype, n));
+        try {
+          overflowed += import_detail::encode_f32(values.data(), n, out_dtype, encoded.data());
+        } catch (const Error& e) {
+          throw Error(f.where_tensor(t.name) + e.what());
+        }
         chunk = encoded.data();
       }
-      writer.append(chunk, n * dtype_size(out_dtype));
-      done_bytes += n * dtype_size(out_dtype);
+      const uint64_t out_bytes = import_detail::encoded_bytes(out_dtype, n);
+      writer.append(chunk, out_bytes);
+      done_bytes += out_bytes;
       if (options.progress) options.progress(done_bytes, total_bytes);
     }
     if (overflowed)

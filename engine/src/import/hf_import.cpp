@@ -9,6 +9,7 @@
 #include <sqrtdk/error.h>
 
 #include "engine/src/format/format_internal.h"
+#include "engine/src/import/dtype_convert.h"
 #include "engine/src/import/safetensors.h"
 #include "models/family.h"
 
@@ -427,13 +428,17 @@ ConvertResult convert_hf_checkpoint(const std::string& hf_dir, const std::string
   for (const auto& p : plan)
     if (*p.source.tensor->dtype != out_dtype) out_dtype = DType::f32;
   if (options.dtype) out_dtype = *options.dtype;
+  const DType head_dtype = options.head_dtype.value_or(out_dtype);
   result.dtype = out_dtype;
+  result.head_dtype = head_dtype;
 
   std::vector<TensorToDeclare> declared;
   uint64_t total_bytes = 0;
   for (const auto& p : plan) {
-    declared.push_back({p.name, out_dtype, p.shape});
-    total_bytes += p.source.tensor->n_elements * dtype_size(out_dtype);
+    const DType out = import_detail::output_dtype_for(p.name, p.shape, out_dtype, head_dtype);
+    import_detail::check_output_dtype(p.source.file->path(), p.name, p.shape, out);
+    declared.push_back({p.name, out, p.shape});
+    total_bytes += tensor_bytes(out, p.shape);
   }
   // The output must not be one of the checkpoint's own files: the rename would replace data still being read.
   std::vector<std::string> inputs = {config_path};
@@ -448,11 +453,13 @@ ConvertResult convert_hf_checkpoint(const std::string& hf_dir, const std::string
   // with the model.
   std::vector<unsigned char> whole, gathered, converted;
   uint64_t done_bytes = 0;
-  for (const auto& p : plan) {
+  std::vector<float> values;  // q8 output: the chunk in f32, then quantized
+  for (size_t i = 0; i < plan.size(); ++i) {
+    const PlannedTensor& p = plan[i];
     const SafetensorsTensor& t = *p.source.tensor;
     const SafetensorsFile& file = *p.source.file;
-    const DType from = *t.dtype;
-    const size_t in_size = dtype_size(from), out_size = dtype_size(out_dtype);
+    const DType from = *t.dtype, out_dtype = declared[i].dtype;
+    const size_t in_size = dtype_size(from);
     uint64_t overflowed = 0;
     // Each step covers whole output rows of a transposed tensor, or a run of elements of a copied one.
     const uint64_t K = p.transpose ? p.shape[1] : 1, N = p.transpose ? p.shape[0] : t.n_elements;
@@ -469,13 +476,24 @@ ConvertResult convert_hf_checkpoint(const std::string& hf_dir, const std::string
       else
         file.read(t.offset + r0 * in_size, n * in_size, gathered.data());
       const unsigned char* chunk = gathered.data();
-      if (from != out_dtype) {
-        converted.resize(n * out_size);
+      const uint64_t out_bytes = import_detail::encoded_bytes(out_dtype, n);  // n: whole rows, or a multiple of 32
+      if (out_dtype == DType::q8) {
+        values.resize(n);
+        import_detail::decode_to_f32(chunk, from, n, values.data());
+        converted.resize(out_bytes);
+        try {
+          overflowed += import_detail::encode_f32(values.data(), n, DType::q8, converted.data());
+        } catch (const Error& e) {
+          throw Error(file.path() + ": tensor '" + quote_name(t.name) + "': " + e.what());
+        }
+        chunk = converted.data();
+      } else if (from != out_dtype) {
+        converted.resize(out_bytes);
         overflowed += convert_elements(chunk, from, converted.data(), out_dtype, n);
         chunk = converted.data();
       }
-      writer.append(chunk, n * out_size);
-      done_bytes += n * out_size;
+      writer.append(chunk, out_bytes);
+      done_bytes += out_bytes;
       if (options.progress) options.progress(done_bytes, total_bytes);
     }
     if (overflowed)

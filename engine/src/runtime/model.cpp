@@ -1,8 +1,11 @@
 // Model::load: map and validate the file, then run the family's weight plan (models/family.h), which packs every
 // linear layer once for the GEMM through the Loader below.
 //
-// Memory: each weight is packed straight from the read-only mapping (f32) or from a one-tensor f32 conversion
-// buffer (f16/bf16), and its file pages are released afterwards (MADV_DONTNEED on a read-only file mapping only
+// Weight types: a linear whose parts are all bf16 or all q8 is packed in that type (ops::PackedWeights::pack_bf16 /
+// pack_q8; the GEMM runs it natively); any other mix is widened to f32. Norms, biases and embeddings are f32 at run
+// time (widened or dequantized); the tied lm head is tok_emb packed in tok_emb's stored type.
+// Memory: each weight is packed straight from the read-only mapping (f32, or a single bf16/q8 part) or from a
+// one-tensor conversion or concatenation buffer, and its file pages are released afterwards (MADV_DONTNEED on a read-only file mapping only
 // drops them from our resident set), so peak memory stays near the packed size, not twice the model.
 #include <sqrtdk/error.h>
 #include <sqrtdk/model.h>
@@ -11,6 +14,7 @@
 #include "engine/src/runtime/model_impl.h"
 #include "ops/base/threading.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <functional>
@@ -56,7 +60,8 @@ class Loader final : public WeightLoader {
   }
 
  private:
-  // Packs the row-concatenation of `names` (each [rows_i, K]) as one [sum rows_i, K] weight matrix.
+  // Packs the row-concatenation of `names` (each [rows_i, K]) as one [sum rows_i, K] weight matrix, in the parts'
+  // stored type when they share bf16 or q8 (the GEMM runs those natively), else widened to f32.
   ops::PackedWeights pack(const Parts& names, uint64_t K) {
     std::vector<const TensorInfo*> infos;
     uint64_t N = 0;
@@ -64,6 +69,55 @@ class Loader final : public WeightLoader {
       infos.push_back(&file_.require(name, {rows, K}));
       N += rows;
     }
+    const DType dtype = infos[0]->dtype;
+    const bool same = std::all_of(infos.begin(), infos.end(), [&](const TensorInfo* t) { return t->dtype == dtype; });
+    const auto where = [&] {
+      return file_.path() + ": tensor '" + names[0].first + "' [" + std::to_string(N) + ", " + std::to_string(K) + "]";
+    };
+    ops::PackedWeights packed;
+    try {
+      if (same && dtype == DType::bf16)
+        packed = pack_native<uint16_t>(infos, N, K, K, [&](const uint16_t* w, auto&& consumed) {
+          return ops::PackedWeights::pack_bf16(w, N, K, K, isa_, consumed);
+        });
+      else if (same && dtype == DType::q8)
+        packed = pack_native<ops::Q8Block>(infos, N, K, K / ops::kQ8BlockSize, [&](const ops::Q8Block* w, auto&& consumed) {
+          return ops::PackedWeights::pack_q8(w, N, K, K / ops::kQ8BlockSize, isa_, consumed);
+        });
+      else
+        packed = pack_f32(infos, N, K, names[0].first);
+    } catch (const Error& e) {
+      throw Error(e.kind(), where() + ": packing failed: " + e.what());
+    }
+    return packed;
+  }
+
+  // bf16 or q8 parts, all of one type: one part is packed straight from the mapping (its file pages dropped chunk by
+  // chunk as packing goes); several are first concatenated in a scratch of the stored type (N × row_units elements
+  // of T: no wider than the file's bytes).
+  template <class T, class PackFn>
+  ops::PackedWeights pack_native(const std::vector<const TensorInfo*>& infos, uint64_t N, uint64_t K,
+                                 uint64_t row_units, const PackFn& pack_fn) {
+    static_assert(alignof(T) <= 64);  // tensor data is 64-aligned in the file
+    (void)K;
+    if (infos.size() == 1) {
+      const T* src = static_cast<const T*>(file_.data(*infos[0]));
+      return pack_fn(src, [src, row_units](size_t n0, size_t n1) {
+        format_detail::drop_mapped_pages(src + n0 * row_units, (n1 - n0) * row_units * sizeof(T));
+      });
+    }
+    native_scratch_.allocate(N * row_units * sizeof(T));
+    unsigned char* dst = native_scratch_.data();
+    for (const TensorInfo* t : infos) {
+      std::memcpy(dst, file_.data(*t), t->size);
+      dst += t->size;
+      format_detail::drop_mapped_pages(file_.data(*t), t->size);
+    }
+    return pack_fn(reinterpret_cast<const T*>(native_scratch_.data()), std::function<void(size_t, size_t)>{});
+  }
+
+  ops::PackedWeights pack_f32(const std::vector<const TensorInfo*>& infos, uint64_t N, uint64_t K,
+                              const std::string& first_name) {
     const float* src = nullptr;
     std::function<void(size_t, size_t)> rows_consumed;
     if (infos.size() == 1 && infos[0]->dtype == DType::f32) {
@@ -77,22 +131,16 @@ class Loader final : public WeightLoader {
       try {
         scratch_.allocate(N * K);
       } catch (const Error& e) {
-        throw Error(e.kind(), file_.path() + ": tensor '" + names[0].first + "': f32 staging buffer: " + e.what());
+        throw Error(e.kind(), file_.path() + ": tensor '" + first_name + "': f32 staging buffer: " + e.what());
       }
       float* dst = scratch_.data();
       for (const TensorInfo* t : infos) {
-        file_.read_f32(*t, dst);
+        file_.read_f32(*t, dst);  // widens f16/bf16, dequantizes q8 (a layer mixing types)
         dst += t->n_elements();
       }
       src = scratch_.data();
     }
-    ops::PackedWeights packed;
-    try {
-      packed = ops::PackedWeights::pack(src, N, K, K, isa_, rows_consumed);
-    } catch (const Error& e) {
-      throw Error(e.kind(), file_.path() + ": tensor '" + names[0].first + "' [" + std::to_string(N) + ", " +
-                  std::to_string(K) + "]: packing failed: " + e.what());
-    }
+    ops::PackedWeights packed = ops::PackedWeights::pack(src, N, K, K, isa_, rows_consumed);
     if (!rows_consumed)  // staged through f32 scratch: the file pages are done with now (else dropped while packing)
       for (const TensorInfo* t : infos) format_detail::drop_mapped_pages(file_.data(*t), t->size);
     return packed;
@@ -101,6 +149,7 @@ class Loader final : public WeightLoader {
   const WeightFile& file_;
   Isa isa_;
   AlignedBuffer<float> scratch_;  // one tensor's f32 conversion / concatenation, reused
+  AlignedBuffer<unsigned char> native_scratch_;  // bf16/q8 parts concatenated (fused q/k/v), reused
 };
 
 }  // namespace
@@ -147,6 +196,14 @@ Isa Model::isa() const { return impl_->weights.isa; }
 uint64_t Model::n_params() const { return impl_->n_params; }
 size_t Model::packed_bytes() const { return impl_->weights.packed_bytes(); }
 double Model::load_seconds() const { return impl_->load_seconds; }
+std::vector<std::pair<std::string, size_t>> Model::packed_bytes_by_type() const {
+  const std::array<size_t, 3> by_type = impl_->weights.linear_bytes_by_type();
+  std::vector<std::pair<std::string, size_t>> out;
+  for (ops::WeightType type : {ops::WeightType::f32, ops::WeightType::bf16, ops::WeightType::q8})
+    if (by_type[static_cast<size_t>(type)] != 0)
+      out.emplace_back(ops::weight_type_name(type), by_type[static_cast<size_t>(type)]);
+  return out;
+}
 const Tokenizer* Model::tokenizer() const { return impl_->tokenizer.get(); }
 const Tokenizer& Model::require_tokenizer() const {
   if (!impl_->tokenizer)
