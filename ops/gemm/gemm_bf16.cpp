@@ -52,6 +52,9 @@ const Bf16Kernels kBf16KernelsRef{{1, 1, 1, 1, 1}, ref_panel_bytes, ref_src_row_
 
 std::span<const KernelEntry<Bf16Kernels>> gemm_bf16_kernels() {
   static const KernelEntry<Bf16Kernels> table[] = {
+      {Isa::avx512_bf16, "gemm_bf16_ukernel_6x64_avx512bf16_dpbf16ps", kBf16KernelsAvx512Bf16},
+      {Isa::avx512, "gemm_bf16_ukernel_6x64_avx512_widen", kBf16KernelsAvx512},
+      {Isa::avx2, "gemm_bf16_ukernel_4x24_avx2_widen", kBf16KernelsAvx2},
       {Isa::ref, "gemm_bf16_ref_f64", kBf16KernelsRef},
   };
   return table;

@@ -54,4 +54,9 @@ std::span<const KernelEntry<Q8Kernels>> gemm_q8_kernels();
 extern const Bf16Kernels kBf16KernelsRef;
 extern const Q8Kernels kQ8KernelsRef;
 
+// The bf16 SIMD entries (gemm_bf16_simd.h): vdpbf16ps on avx512_bf16; weights widened to f32 on avx512 and avx2.
+extern const Bf16Kernels kBf16KernelsAvx512Bf16;  // gemm_bf16_avx512bf16.cpp
+extern const Bf16Kernels kBf16KernelsAvx512;      // gemm_bf16_avx512.cpp
+extern const Bf16Kernels kBf16KernelsAvx2;        // gemm_bf16_avx2.cpp
+
 }  // namespace sqrtdk::ops::gemm_detail
