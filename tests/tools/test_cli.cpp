@@ -134,7 +134,7 @@ TEST_CASE("cli: usage errors exit 1 with one line on stderr naming the option") 
       {"generate --stop ''", "--stop"},
       {"bench --threads 1,x", "--threads"},
       // An unknown ISA is a usage error (was exit 2), from every subcommand that takes --isa.
-      {"run --isa sse2", "--isa: expected ref, avx2 or avx512, got 'sse2'"},
+      {"run --isa sse2", "--isa: expected ref, avx2, avx512, avx512_vnni or avx512_bf16, got 'sse2'"},
       {"explain-scaling --isa sse2", "--isa"},
       {"attention-map --max-svg-mb -1", "--max-svg-mb"},
       {"bench --prefill 0 --threads 1 --reps 1", "--prefill"},  // was exit 2 "prefill: no tokens"
