@@ -14,7 +14,7 @@
 // Prepared src row (src_row_bytes): the K int8 of quantize_src_row_q8, then K/32 int32 corrections; the row's scale
 // in scales[m].
 //
-// Microkernel 3 × 64: 12 int32 block accumulators + 12 f32 accumulators + 4 weight vectors + 1 broadcast = 29 of
+// Microkernel 3 × 64: 12 int32 block accumulators + 12 f32 accumulators + 3 broadcasts + 1 weight vector = 28 of
 // the 32 zmm. Per group of 4 k: 4 loads and 3 broadcasts feed 12 vpdpbusd (12 independent chains cover its latency
 // of 5 at 2 per cycle); per block 12 cvt + 12 fma on top of 96 vpdpbusd, so the block scaling the spec asks for caps
 // the kernel at ~80% of the vpdpbusd peak.
@@ -139,19 +139,21 @@ void ukernel(size_t blocks, const uint8_t* __restrict a, const uint8_t* __restri
 #pragma GCC unroll 8
     for (size_t g = 0; g < kGroups; ++g) {
       const uint8_t* bg = b + g * kNr * 4;
-      __m512i w[kNv];
-#pragma GCC unroll 4
-      for (int j = 0; j < kNv; ++j) {
-        if constexpr (Stream) __builtin_prefetch(bg + kBlockBytes + j * 64);
-        w[j] = _mm512_load_si512(bg + j * 64);
-      }
+      // The rows' 4 bytes broadcast first, then one weight vector at a time for all rows: 3 + 1 registers, and
+      // each weight vector loaded once (with the loop the other way round GCC reloaded it for every row).
+      __m512i av[MR];
 #pragma GCC unroll 4
       for (int r = 0; r < MR; ++r) {
         int32_t four;
         std::memcpy(&four, a + r * a_stride + blk * kQ8BlockSize + g * 4, 4);
-        const __m512i av = _mm512_set1_epi32(four);
+        av[r] = _mm512_set1_epi32(four);
+      }
 #pragma GCC unroll 4
-        for (int j = 0; j < kNv; ++j) isum[r][j] = _mm512_dpbusd_epi32(isum[r][j], w[j], av);
+      for (int j = 0; j < kNv; ++j) {
+        if constexpr (Stream) __builtin_prefetch(bg + kBlockBytes + j * 64);
+        const __m512i w = _mm512_load_si512(bg + j * 64);
+#pragma GCC unroll 4
+        for (int r = 0; r < MR; ++r) isum[r][j] = _mm512_dpbusd_epi32(isum[r][j], w, av[r]);
       }
     }
 #pragma GCC unroll 4
