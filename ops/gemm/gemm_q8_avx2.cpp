@@ -9,7 +9,7 @@
 // bytes: ~1.06 bytes per weight. Columns ≥ N: q = 0, scale 0.
 // Prepared src row: quantize_src_row_q8's K int8 as they are (src_row_bytes = K).
 //
-// Microkernel 3 × 24: 9 int32 block accumulators + 3 |q_w| vectors + 1 broadcast + 1 product = 14 of the 16 ymm;
+// Microkernel 3 × 24: 9 int32 block accumulators + 3 broadcasts + q_w, |q_w|, a product and the ones = 16 ymm;
 // the 9 f32 accumulators, touched once per block (after 8 × 4 × 9 integer ops), are the compiler's to spill. NR 24
 // is the f32 avx2 kernel's, whose store_tile (the fused epilogue) this kernel shares.
 #include "ops/gemm/gemm_q8_simd.h"
@@ -125,20 +125,21 @@ void ukernel(size_t blocks, const uint8_t* __restrict a, size_t a_stride, const 
         __builtin_prefetch(bg + kWeightBytes);
         __builtin_prefetch(bg + kWeightBytes + 64);
       }
-      __m256i w[kNv], w_abs[kNv];
-#pragma GCC unroll 4
-      for (int j = 0; j < kNv; ++j) {
-        w[j] = _mm256_load_si256(reinterpret_cast<const __m256i*>(bg + j * 32));
-        w_abs[j] = _mm256_abs_epi8(w[j]);
-      }
+      // The rows' 4 bytes broadcast first, then one weight vector (and its |q_w|) at a time for all rows.
+      __m256i av[MR];
 #pragma GCC unroll 4
       for (int r = 0; r < MR; ++r) {
         int32_t four;
         std::memcpy(&four, a + r * a_stride + blk * kQ8BlockSize + g * 4, 4);
-        const __m256i av = _mm256_set1_epi32(four);
+        av[r] = _mm256_set1_epi32(four);
+      }
 #pragma GCC unroll 4
-        for (int j = 0; j < kNv; ++j) {
-          const __m256i pairs = _mm256_maddubs_epi16(w_abs[j], _mm256_sign_epi8(av, w[j]));
+      for (int j = 0; j < kNv; ++j) {
+        const __m256i w = _mm256_load_si256(reinterpret_cast<const __m256i*>(bg + j * 32));
+        const __m256i w_abs = _mm256_abs_epi8(w);
+#pragma GCC unroll 4
+        for (int r = 0; r < MR; ++r) {
+          const __m256i pairs = _mm256_maddubs_epi16(w_abs, _mm256_sign_epi8(av[r], w));
           isum[r][j] = _mm256_add_epi32(isum[r][j], _mm256_madd_epi16(pairs, ones));
         }
       }
