@@ -33,8 +33,8 @@ constexpr int kMr = 3, kNv = 3;
 constexpr size_t kLanes = 8, kNr = kNv * kLanes;
 constexpr size_t kWeightBytes = kQ8BlockSize * kNr;  // int8 [8][24][4] per block
 
-// Block sizes, measured on the Xeon (Emerald Rapids class, 2 vCPUs), 2026-12-01: kc 1024 keeps the kc × 24
-// micro-panel (24 KiB of int8) in L1 with the 3 rows of A; mc, nc as the f32 kernel's.
+// Block sizes: not tuned yet (shared machine). kc 1024 keeps the kc × 24 micro-panel (24 KiB of int8) in L1 with
+// the 3 rows of A; mc, nc as the f32 kernel's.
 constexpr BlockSizes kBlockSizes{kMr, kNr, 1024, 96, 768};
 
 size_t scales_bytes(size_t K) { return (K / kQ8BlockSize * kNr * 2 + 63) / 64 * 64; }

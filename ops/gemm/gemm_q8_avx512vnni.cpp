@@ -47,9 +47,9 @@ constexpr size_t kWeightBytes = kQ8BlockSize * kNr;             // u8 [8][64][4]
 constexpr size_t kBlockBytes = kWeightBytes + 2 * kNr;          // + f16 scales [64]
 static_assert(kBlockBytes % 64 == 0, "every block 64-byte aligned");
 
-// Block sizes, measured on the Xeon (Emerald Rapids class, 2 vCPUs), 2026-12-01, see the report in the commit.
-// kc: the kc × 64 micro-panel (kc/32 · 2176 bytes: 102 KiB at 1536) stays in L2, reused by the mc/3 row tiles;
-// mc, nc as the f32 kernel's.
+// Block sizes: not tuned yet (the machine was shared while this was written; see the commit). kc: the kc × 64
+// micro-panel (kc/32 · 2176 bytes: 102 KiB at 1536) stays in L2, reused by the mc/3 row tiles, and fewer K slices
+// mean fewer partial-sum round trips through dst; mc, nc as the f32 kernel's.
 constexpr BlockSizes kBlockSizes{kMr, kNr, 1536, 96, 768};
 
 size_t panel_bytes(size_t K) { return K / kQ8BlockSize * kBlockBytes; }
