@@ -57,3 +57,8 @@ void gemm_direct_avx512(size_t M, size_t, size_t K, float alpha, const float* A,
 }
 
 }  // namespace sqrtdk::ops::gemm_detail
+
+// Instantiated here, compiled for this ISA only, for the q8 kernels' fused epilogue too (gemm_q8_avx512vnni.cpp and
+// gemm_q8_avx2.cpp declare it extern instead of compiling a copy of their own).
+template void sqrtdk::ops::gemm_simd::store_tile<xsimd::avx512bw, sqrtdk::ops::gemm_detail::kNv>(
+    const float*, size_t, float*, size_t, size_t, const sqrtdk::ops::gemm_detail::GemmCall*, size_t, size_t);

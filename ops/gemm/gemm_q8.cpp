@@ -115,6 +115,8 @@ const Q8Kernels kQ8KernelsRef{{1, 1, kQ8BlockSize, 1, 1}, ref_panel_bytes, ref_s
 
 std::span<const KernelEntry<Q8Kernels>> gemm_q8_kernels() {
   static const KernelEntry<Q8Kernels> table[] = {
+      {Isa::avx512_vnni, "gemm_q8_3x64_avx512vnni_vpdpbusd", kQ8KernelsAvx512Vnni},
+      {Isa::avx2, "gemm_q8_3x24_avx2_vpmaddubsw", kQ8KernelsAvx2},
       {Isa::ref, "gemm_q8_ref_f64", kQ8KernelsRef},
   };
   return table;

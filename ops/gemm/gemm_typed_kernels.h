@@ -53,6 +53,10 @@ std::span<const KernelEntry<Q8Kernels>> gemm_q8_kernels();
 // The reference entries (gemm_bf16.cpp, gemm_q8.cpp): panels of width 1 = the weights as given, row by row.
 extern const Bf16Kernels kBf16KernelsRef;
 extern const Q8Kernels kQ8KernelsRef;
+// The q8 SIMD entries (gemm_q8_avx512vnni.cpp: vpdpbusd, 3 × 64 tiles; gemm_q8_avx2.cpp: vpmaddubsw/vpmaddwd,
+// 3 × 24 tiles). Their prepared src rows begin with quantize_src_row_q8's K int8, as the reference's.
+extern const Q8Kernels kQ8KernelsAvx512Vnni;
+extern const Q8Kernels kQ8KernelsAvx2;
 
 // The bf16 SIMD entries (gemm_bf16_simd.h): vdpbf16ps on avx512_bf16; weights widened to f32 on avx512 and avx2.
 extern const Bf16Kernels kBf16KernelsAvx512Bf16;  // gemm_bf16_avx512bf16.cpp
