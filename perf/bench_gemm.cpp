@@ -23,15 +23,36 @@
 //             environment only) with OPENBLAS_CORETYPE naming the kernels of the best ISA we detect (SkylakeX for
 //             AVX-512 F/BW/DQ/VL, Haswell for AVX2 + FMA; --openblas-coretype to choose) and OPENBLAS_L2_SIZE
 //             removed. The core OpenBLAS reports (openblas_get_corename) is printed and kept in --json.
-// Flags: --isa ref|avx2|avx512 (our kernels: the entry of gemm_kernels() that ISA selects, named in the output;
-// default: SQRTDK_ISA or the best), --only SUBSTRING (cases whose name contains it), --no-openblas,
-// --openblas-coretype NAME (default from the CPU, see above; "auto" = OpenBLAS's own detection), plus the common
-// ones (--json, --smoke, --reps, --threads).
+//
+// --dtype bf16|q8 (default f32): the same cases with bf16 or q8 weights (gemm.h, WeightType; K a multiple of 32 for
+// q8), ours against oneDNN's matmul in the same type (OnednnTypedMatmul: weights reordered once into its preferred
+// layout, outside the timed loop); OpenBLAS is not run. What each side does inside the timed loop differs, and
+// each difference is in oneDNN's favour (its best case):
+//   bf16: ours takes f32 src and rounds it to bf16 inside the call (as the engine does); oneDNN is given src
+//         already in bf16 (converted outside). dst f32 for both.
+//   q8:   ours takes f32 src and quantizes it per row inside the call, then block-of-32 weight scales (GGUF
+//         Q8_0); oneDNN is given u8 src quantized outside (one scale for the whole src, zero point 128) and s8
+//         weights with one scale per output column (oneDNN 2.6 has no per-K-block scales), f32 dst.
+// Figures: GFLOP/s (2·M·N·K per call); % of the type's peak measured in this run: bf16 against the BF16 dot peak
+// (vdpbf16ps; the FMA peak at an ISA below avx512_bf16, whose kernels widen to f32), q8 as a MAC rate (M·N·K/s)
+// against the int8 dot peak's MAC rate (vpdpbusd, 64 MACs per instruction; none below avx512_vnni); decode rows
+// (M = 1): GB/s of our packed weights read per call against the read roof of the level they fit in (as f32).
+// Results are checked (a peer called wrongly would be timed doing something else): bf16 ours against oneDNN
+// (both take bf16 weights; they differ by src rounding and summation order); q8 each against the f32 product of
+// the unquantized weights (the two quantize differently), with bounds justified at check_typed.
+// Flags: --isa ref|avx2|avx512|avx512_vnni|avx512_bf16 (our kernels: the entry of the dtype's table that ISA
+// selects, named in the output; default: SQRTDK_ISA or the best), --dtype f32|bf16|q8, --quick (a few real shapes
+// of each group, for a fast look), --only SUBSTRING (cases whose name contains it), --no-openblas,
+// --openblas-coretype NAME (default from the CPU, see above; "auto" = OpenBLAS's own detection), --onednn-isa NAME
+// (caps oneDNN's ISA, e.g. avx512_core_bf16 to keep it off AMX; default: its best), plus the common ones (--json,
+// --smoke, --reps, --threads).
 #include "perf/common/bench_util.h"
 #include "perf/common/onednn_peer.h"
 
+#include "ops/base/float16.h"
 #include "ops/gemm/gemm.h"
 #include "ops/gemm/gemm_kernels.h"
+#include "ops/gemm/gemm_typed_kernels.h"
 
 #include <sqrtdk/error.h>
 
@@ -44,6 +65,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstdint>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -70,10 +92,17 @@ struct Case {
   }
 };
 
-std::vector<Case> make_cases(bool smoke, const std::string& only) {
+// smoke: tiny shapes that still reach the tails (typed: K a multiple of 32, as q8 needs); quick: a few real shapes
+// of each group.
+std::vector<Case> make_cases(bool smoke, bool quick, bool typed, const std::string& only) {
   std::vector<Case> all;
-  if (smoke) {
+  if (smoke && typed) {
+    all = {{"decode", 1, 96, 96}, {"small", 4, 96, 96}, {"prefill", 33, 70, 320}};
+  } else if (smoke) {
     all = {{"decode", 1, 96, 80}, {"small", 4, 96, 80}, {"prefill", 33, 70, 300}};
+  } else if (quick) {
+    all = {{"decode", 1, 768, 768},   {"decode", 1, 3072, 768},    {"small", 4, 3072, 768},
+           {"prefill", 32, 768, 768}, {"prefill", 128, 2048, 768}};
   } else {
     for (size_t N : {768, 2048, 3072, 32000})
       for (size_t K : {768, 2048, 3072}) all.push_back({"decode", 1, N, K});
@@ -166,14 +195,230 @@ void reexec_for_openblas(const std::string& coretype, char** argv) {
               std::strerror(errno));
 }
 
+// ---- --dtype bf16 | q8 ----
+
+// Per-row and per-column magnitudes the checks' bounds are made of.
+struct Magnitudes {
+  std::vector<double> src_l1, weight_max;  // Σ_k |src[m, k]| per row; max_k |w[n, k]| per weight row
+  double src_max = 0;                      // max |src|
+};
+Magnitudes magnitudes(const Case& c, const std::vector<float>& src, const std::vector<float>& w) {
+  Magnitudes g;
+  g.src_l1.assign(c.M, 0);
+  g.weight_max.assign(c.N, 0);
+  for (size_t m = 0; m < c.M; ++m)
+    for (size_t k = 0; k < c.K; ++k) {
+      g.src_l1[m] += std::fabs(src[m * c.K + k]);
+      g.src_max = std::max(g.src_max, static_cast<double>(std::fabs(src[m * c.K + k])));
+    }
+  for (size_t n = 0; n < c.N; ++n)
+    for (size_t k = 0; k < c.K; ++k)
+      g.weight_max[n] = std::max(g.weight_max[n], static_cast<double>(std::fabs(w[n * c.K + k])));
+  return g;
+}
+
+// Throws unless `got` is close to `want` element by element (|got - want| ≤ bound(m, n): a rigorous worst case,
+// catches garbage and NaN) and as a whole (‖got - want‖ / ‖want‖ ≤ max_relative_rms, Frobenius norms: the
+// worst-case bounds grow like K where values grow like √K, so this is what catches a systematically wrong call).
+// Returns the relative difference (kept in --json).
+double check_typed(const Case& c, const std::string& what, const std::vector<float>& got,
+                   const std::vector<float>& want, const std::function<double(size_t, size_t)>& bound,
+                   double max_relative_rms) {
+  double diff2 = 0, want2 = 0;
+  for (size_t m = 0; m < c.M; ++m)
+    for (size_t n = 0; n < c.N; ++n) {
+      const double d = static_cast<double>(got[m * c.N + n]) - want[m * c.N + n];
+      if (!(std::fabs(d) <= bound(m, n)))
+        throw Error("bench-gemm: " + c.name() + ": " + what + " differs at (" + std::to_string(m) + ", " +
+                    std::to_string(n) + ") by " + std::to_string(d) + ", above its bound " +
+                    std::to_string(bound(m, n)));
+      diff2 += d * d;
+      want2 += static_cast<double>(want[m * c.N + n]) * want[m * c.N + n];
+    }
+  const double relative = want2 > 0 ? std::sqrt(diff2 / want2) : std::sqrt(diff2);
+  if (!(relative <= max_relative_rms))
+    throw Error("bench-gemm: " + c.name() + ": " + what + " differs by " + std::to_string(relative) +
+                " (relative, Frobenius), above " + std::to_string(max_relative_rms));
+  return relative;
+}
+
+struct TypedPeak {
+  double value = 0;  // in the unit of the achieved figure it is compared with; 0: none measured
+  const char* name = "";
+};
+// The roof a dtype's GEMM is set against (see the header): BF16 dot peak (GFLOP/s), or the FMA peak below
+// avx512_bf16; q8: the int8 dot peak as MACs/s (GOP/s / 2), none below avx512_vnni.
+TypedPeak typed_peak(ops::WeightType type, const MachineRoofs& r) {
+  if (type == ops::WeightType::bf16)
+    return r.bf16_peak_gflops > 0 ? TypedPeak{r.bf16_peak_gflops, "BF16 peak"} : TypedPeak{r.peak_gflops, "FMA peak"};
+  return {r.int8_peak_gops / 2, "int8 MAC peak"};
+}
+
+// oneDNN's int8 inputs (quantized outside its timed loop): s8 weights with one scale per column n
+// (max|w_n|/127, round to nearest), u8 src with one scale for all of src (max|src|/127) and zero point 128, and
+// the output scales src_scale · weight_scale[n] that turn its int32 sums into the f32 product.
+struct OnednnInt8Inputs {
+  std::vector<int8_t> weights;
+  std::vector<uint8_t> src;
+  std::vector<float> output_scales;
+  static constexpr int32_t kZeroPoint = 128;
+};
+OnednnInt8Inputs onednn_int8_inputs(const Case& c, const std::vector<float>& src, const std::vector<float>& w) {
+  OnednnInt8Inputs in;
+  in.weights.resize(c.N * c.K);
+  in.output_scales.resize(c.N);
+  float src_max = 0;
+  for (float x : src) src_max = std::max(src_max, std::fabs(x));
+  const float src_scale = src_max > 0 ? src_max / 127 : 1.0f;
+  in.src.resize(src.size());
+  for (size_t i = 0; i < src.size(); ++i)
+    in.src[i] = static_cast<uint8_t>(std::nearbyint(src[i] / src_scale) + OnednnInt8Inputs::kZeroPoint);
+  for (size_t n = 0; n < c.N; ++n) {
+    float wmax = 0;
+    for (size_t k = 0; k < c.K; ++k) wmax = std::max(wmax, std::fabs(w[n * c.K + k]));
+    const float scale = wmax > 0 ? wmax / 127 : 1.0f;
+    for (size_t k = 0; k < c.K; ++k)
+      in.weights[n * c.K + k] = static_cast<int8_t>(std::nearbyint(w[n * c.K + k] / scale));
+    in.output_scales[n] = src_scale * scale;
+  }
+  return in;
+}
+
+// The --dtype bf16|q8 run: fills `out` (JSON) and returns the text table.
+std::string run_typed(ops::WeightType type, Isa isa, const BenchArgs& args, const std::vector<Case>& cases,
+                      const std::map<int, MachineRoofs>& roofs, nlohmann::json& out) {
+  const bool bf16 = type == ops::WeightType::bf16;
+  Table table({"case", "thr", "sqrtdk GFLOP/s", bf16 ? "% bf16 peak" : "% int8 MAC peak", "GB/s", "% read roof",
+               "oneDNN GFLOP/s", "x oneDNN", "oneDNN impl"});
+  for (const Case& c : cases) {
+    const auto src = random_vector(c.M * c.K, 1), w = random_vector(c.N * c.K, 2);
+    const Magnitudes mag = magnitudes(c, src, w);
+    // Ours: weights in the type, packed once.
+    std::vector<uint16_t> w_bf16, src_bf16;
+    std::vector<ops::Q8Block> w_q8;
+    PackedWeights ours;
+    if (bf16) {
+      w_bf16.resize(w.size());
+      for (size_t i = 0; i < w.size(); ++i) w_bf16[i] = ops::float_to_bf16(w[i]);
+      ours = PackedWeights::pack_bf16(w_bf16.data(), c.N, c.K, c.K, isa);
+      src_bf16.resize(src.size());  // oneDNN's src, converted outside its timed loop
+      for (size_t i = 0; i < src.size(); ++i) src_bf16[i] = ops::float_to_bf16(src[i]);
+    } else {
+      w_q8.resize(c.N * (c.K / ops::kQ8BlockSize));
+      for (size_t n = 0; n < c.N; ++n)
+        ops::quantize_row_q8(w.data() + n * c.K, c.K, w_q8.data() + n * (c.K / ops::kQ8BlockSize));
+      ours = PackedWeights::pack_q8(w_q8.data(), c.N, c.K, c.K / ops::kQ8BlockSize, isa);
+    }
+    const OnednnInt8Inputs int8 = bf16 ? OnednnInt8Inputs{} : onednn_int8_inputs(c, src, w);
+    // q8 is checked against the f32 product of the unquantized weights (our f32 GEMM, itself checked against
+    // oneDNN's f32 matmul by the default run and the tests).
+    std::vector<float> want;
+    if (!bf16) {
+      want.resize(c.M * c.N);
+      ops::gemm(src.data(), c.M, c.K, PackedWeights::pack(w.data(), c.N, c.K, c.K, isa), want.data(), c.N);
+    }
+    std::vector<float> dst(c.M * c.N), dst_dnnl(c.M * c.N);
+    for (int t : args.threads) {
+      const ScopedOmpThreads omp_threads(t);
+      OnednnTypedMatmul dnnl =
+          bf16 ? OnednnTypedMatmul::bf16(w_bf16.data(), c.N, c.K, c.K, c.M, c.K, c.N, t)
+               : OnednnTypedMatmul::int8(int8.weights.data(), c.N, c.K, c.K, int8.output_scales.data(),
+                                         OnednnInt8Inputs::kZeroPoint, c.M, c.K, c.N, t);
+      dnnl.bind(bf16 ? static_cast<const void*>(src_bf16.data()) : static_cast<const void*>(int8.src.data()),
+                dst_dnnl.data());
+      const std::vector<double> s = interleaved_medians(
+          {[&] { ops::gemm(src.data(), c.M, c.K, ours, dst.data(), c.N, {}, t); }, [&] { dnnl.execute(); }},
+          args.reps);
+      nlohmann::json check;
+      if (bf16) {
+        // Ours against oneDNN, per element: each is within gemm.h's bf16 bound of the exact product,
+        // (K·2^-24 + 2^-8)·Σ|a·w| (the 2^-8 for src rounded to bf16, which oneDNN's src is and ours may be), so
+        // they differ by at most twice that; Σ_k|a·w| ≤ ‖a_m‖₁·max|w_n|. As a whole: src rounding is the only
+        // modelled difference, a relative error ≤ 2^-9 per src element with random signs: ~2^-9/√3 ≈ 1.1e-3 of
+        // the product's norm, plus summation order (~1e-6); 1e-2 leaves 9x, a wrongly called peer is off by ~1.
+        const double eps = c.K * std::ldexp(1.0, -24) + std::ldexp(1.0, -8);
+        check["relative_diff_ours_onednn"] = check_typed(
+            c, "oneDNN's bf16 result vs ours", dst_dnnl, dst,
+            [&](size_t m, size_t n) { return 2 * eps * mag.src_l1[m] * mag.weight_max[n]; }, 1e-2);
+      } else {
+        // Each against the f32 product. Per element (worst case): a weight is off by at most one quantization
+        // step d_w ≤ max|w_n|/127 (half a step from rounding, the rest covers the f16 rounding of our block
+        // scale and the clamp at ±127), a src element by at most one step max|src|/127 (ours per row, oneDNN
+        // per tensor: the larger), and |a·w - â·ŵ| ≤ |a|·|w - ŵ| + |a - â|·|ŵ|: ≤ (‖a_m‖₁ + K·max|src|·(1 +
+        // 1/127))·max|w_n|/127; 5% on top for f32 summation. As a whole: uniform data in [-1, 1], rounding errors
+        // uniform within ±step/2: each operand's error is 1/(2·127) ≈ 0.4% of its RMS, together ≈ 0.55% of the
+        // product's norm; 3% leaves 5x, a wrongly called peer (scales, zero point, layout) is off by far more.
+        auto bound = [&](size_t m, size_t n) {
+          return 1.05 * (mag.src_l1[m] + c.K * mag.src_max * (1 + 1.0 / 127)) * mag.weight_max[n] / 127;
+        };
+        check["relative_diff_ours_f32"] = check_typed(c, "our q8 result vs the f32 product", dst, want, bound, 3e-2);
+        check["relative_diff_onednn_f32"] =
+            check_typed(c, "oneDNN's int8 result vs the f32 product", dst_dnnl, want, bound, 3e-2);
+      }
+      const double s_ours = s[0], s_dnnl = s[1];
+      const double g = gflops(c, s_ours), g_dnnl = gflops(c, s_dnnl);
+      const TypedPeak peak = typed_peak(type, roofs.at(t));
+      // q8's figure is a MAC rate: M·N·K/s = GFLOP/s / 2, against MACs/s.
+      const RoofShare peak_share = share_of_roof(bf16 ? g : g / 2, peak.value, peak.name);
+      const double weight_bytes = static_cast<double>(ours.bytes());
+      const double weight_gbs = weight_bytes / s_ours * 1e-9;
+      const bool decode = c.M == 1;
+      ReadRoof read_roof;
+      const RoofShare bw_share = share_of_read_roof(weight_gbs, weight_bytes, roofs.at(t), &read_roof);
+      table.add({c.name(), std::to_string(t), fmt(g), pct_cell(peak_share), decode ? fmt(weight_gbs) : "",
+                 decode ? pct_cell(bw_share) + " " + memory_level_name(read_roof.level) : "", fmt(g_dnnl),
+                 fmt(g / g_dnnl, 2), dnnl.impl_name()});
+      nlohmann::json r = {{"case", c.group}, {"M", c.M}, {"N", c.N}, {"K", c.K}, {"threads", t},
+                          {"dtype", ops::weight_type_name(type)}, {"sqrtdk_gflops", g},
+                          {"type_peak", peak.name}, {"type_peak_value", peak.value > 0 ? nlohmann::json(peak.value)
+                                                                                       : nlohmann::json()},
+                          {"pct_type_peak", pct_json(peak_share)}, {"type_peak_note", peak_share.text},
+                          {"onednn_gflops", g_dnnl}, {"ratio_onednn", g / g_dnnl},
+                          {"onednn_impl", dnnl.impl_name()}, {"onednn_weight_bytes", dnnl.weight_bytes()},
+                          {"sqrtdk_weight_bytes", ours.bytes()}, {"check", check}};
+      if (!bf16) r["sqrtdk_gmacs"] = g / 2;
+      if (decode) {
+        r["sqrtdk_weight_gbs"] = weight_gbs;
+        r["read_roof"] = memory_level_name(read_roof.level);
+        r["pct_read_roof"] = pct_json(bw_share);
+        r["read_roof_note"] = bw_share.text;
+      }
+      out["results"].push_back(r);
+    }
+  }
+  return table.str();
+}
+
+// What the table's figures are, per dtype (printed under the table and kept in --json).
+std::vector<std::string> typed_notes(ops::WeightType type) {
+  if (type == ops::WeightType::bf16)
+    return {"ours: f32 src rounded to bf16 inside the timed call; oneDNN: src given in bf16, converted outside "
+            "its timed loop (its best case); both bf16 weights, f32 dst",
+            "% bf16 peak: GFLOP/s (2*M*N*K) against the vdpbf16ps loop's peak (the FMA peak below avx512_bf16, "
+            "whose kernels widen bf16 to f32)",
+            "GB/s: our packed bf16 weights read per call (decode), against the read roof of the level they fit in"};
+  return {"ours: f32 src quantized per row inside the timed call, int8 weights in blocks of 32 with an f16 scale "
+          "each (GGUF Q8_0); oneDNN: u8 src quantized outside its timed loop (one scale, zero point 128: its best "
+          "case), s8 weights with one scale per output column (oneDNN 2.6 has no per-K-block scales), f32 dst",
+          "checks: ours and oneDNN each against the f32 product of the unquantized weights (they quantize "
+          "differently)",
+          "% int8 MAC peak: M*N*K/s against the vpdpbusd loop's MAC rate (64 MACs per instruction); none below "
+          "avx512_vnni",
+          "GB/s: our packed Q8_0 weights (34 bytes per 32) read per call (decode), against the read roof of the "
+          "level they fit in"};
+}
+
 }  // namespace
 
 int main(int argc, char** argv) try {
-  // Read before anything else: they decide whether this process re-executes itself for OpenBLAS.
+  // Read before anything else: they decide whether this process re-executes itself for OpenBLAS (not run for
+  // bf16 or q8).
   bool with_openblas = true;
   std::string coretype = default_openblas_coretype();
   for (int i = 1; i < argc; ++i) {
     if (std::string(argv[i]) == "--no-openblas") with_openblas = false;
+    if (std::string(argv[i]) == "--dtype" && i + 1 < argc && std::string(argv[i + 1]) != "f32")
+      with_openblas = false;
     if (std::string(argv[i]) == "--openblas-coretype" && i + 1 < argc) {
       coretype = argv[i + 1];
       if (coretype == "auto") coretype.clear();
@@ -184,18 +429,34 @@ int main(int argc, char** argv) try {
       argc, argv,
       "bench-gemm: sqrtdk GEMM vs oneDNN matmul and OpenBLAS sgemv/sgemm, interleaved (GFLOP/s, % of measured "
       "peak, ratios)\n"
-      "  --isa ref|avx2|avx512  our kernels' ISA (default: SQRTDK_ISA or the best)\n"
+      "  --isa ref|avx2|avx512|avx512_vnni|avx512_bf16  our kernels' ISA (default: SQRTDK_ISA or the best)\n"
+      "  --dtype f32|bf16|q8    weight type (default f32); bf16/q8 against oneDNN's bf16/int8 matmul, no OpenBLAS\n"
+      "  --quick                a few real shapes of each group instead of all\n"
       "  --only SUBSTRING       only cases whose name contains it (e.g. 'decode', '512x3072')\n"
       "  --no-openblas          skip OpenBLAS\n"
       "  --openblas-coretype NAME  OpenBLAS's kernels (default: SkylakeX on AVX-512, Haswell on AVX2; auto = its "
-      "own detection)");
+      "own detection)\n"
+      "  --onednn-isa NAME      cap oneDNN's ISA: avx512_core, avx512_core_vnni, avx512_core_bf16, "
+      "avx512_core_amx, all (default: its best)");
   Isa isa = default_isa();
-  std::string only;
+  std::string only, onednn_isa;
+  ops::WeightType dtype = ops::WeightType::f32;
+  bool quick = false;
   for (size_t i = 0; i < args.rest.size(); ++i) {
     const std::string& a = args.rest[i];
     if (a == "--isa" && i + 1 < args.rest.size()) {
       isa = parse_isa(args.rest[++i]);
       if (!cpu_supports(isa)) throw Error("--isa " + std::string(isa_name(isa)) + ": not supported by this CPU");
+    } else if (a == "--dtype" && i + 1 < args.rest.size()) {
+      const std::string& name = args.rest[++i];
+      if (name == "f32") dtype = ops::WeightType::f32;
+      else if (name == "bf16") dtype = ops::WeightType::bf16;
+      else if (name == "q8") dtype = ops::WeightType::q8;
+      else throw Error("--dtype '" + name + "': expected f32, bf16 or q8");
+    } else if (a == "--quick") {
+      quick = true;
+    } else if (a == "--onednn-isa" && i + 1 < args.rest.size()) {
+      onednn_isa = args.rest[++i];
     } else if (a == "--only" && i + 1 < args.rest.size()) {
       only = args.rest[++i];
     } else if (a == "--no-openblas") {  // both read before BenchArgs::parse: they decide the re-execution
@@ -206,8 +467,57 @@ int main(int argc, char** argv) try {
       return 1;
     }
   }
-  const std::vector<Case> cases = make_cases(args.smoke, only);
+  if (!onednn_isa.empty()) onednn_set_max_cpu_isa(onednn_isa);  // before oneDNN creates any primitive
+  const bool typed = dtype != ops::WeightType::f32;
+  const std::vector<Case> cases = make_cases(args.smoke, quick, typed, only);
   const std::map<int, MachineRoofs> roofs = measure_roofs(isa, args.threads, args.smoke);
+  if (typed) {
+    const bool bf16 = dtype == ops::WeightType::bf16;
+    const char* kernel = bf16 ? ops::select_kernel(ops::gemm_detail::gemm_bf16_kernels(), isa).name
+                              : ops::select_kernel(ops::gemm_detail::gemm_q8_kernels(), isa).name;
+    const std::vector<std::string> notes = typed_notes(dtype);
+    nlohmann::json out = {
+        {"machine", machine_json(roofs, "wall-clock median of " + std::to_string(args.reps) +
+                                            " interleaved samples, warm caches", args.threads)},
+        {"dtype", ops::weight_type_name(dtype)},
+        {"isa", isa_name(isa)},
+        {"kernel", kernel},
+        {"method",
+         {{"clock", "wall"},
+          {"statistic", "median of --reps samples; a sample is the mean of repeated calls lasting >= 5 ms"},
+          {"order", "interleaved per sample: sqrtdk, oneDNN"},
+          {"caches", "warm (same weights every call): decode weight GB/s is set against the read roof of the "
+                     "level the weights fit in (L2, L3 or DRAM)"},
+          {"reps", args.reps},
+          {"onednn", std::string("matmul primitive per shape and thread count, ") +
+                         (bf16 ? "bf16 src, bf16 weights" : "u8 src (zero point 128), s8 weights, per-column "
+                                                            "output scales") +
+                         ", f32 dst; weights reordered (format_tag::any) and src converted outside the timed "
+                         "loop; only execute + wait timed"},
+          {"onednn_max_isa", onednn_isa.empty() ? std::string("default (its best)") : onednn_isa},
+          {"notes", notes}}},
+        {"results", nlohmann::json::array()}};
+    const std::string table = run_typed(dtype, isa, args, cases, roofs, out);
+    if (args.json) {
+      std::printf("%s\n", out.dump(2).c_str());
+    } else {
+      std::printf("bench-gemm --dtype %s: isa %s (%s) on %s; wall-clock medians of %d interleaved samples, warm "
+                  "caches; roofs measured in this run (decode GB/s against the read roof of the level the weights "
+                  "fit in):\n",
+                  ops::weight_type_name(dtype), isa_name(isa), kernel,
+                  out["machine"]["cpu"].get<std::string>().c_str(), args.reps);
+      for (int t : args.threads)
+        std::printf("  %d thread(s): FMA peak %.1f, BF16 peak %s GFLOP/s; int8 peak %s GOP/s; read DRAM %.1f, "
+                    "L3 %.1f, L2 %.1f GB/s\n",
+                    t, roofs.at(t).peak_gflops, peak_cell(roofs.at(t).bf16_peak_gflops).c_str(),
+                    peak_cell(roofs.at(t).int8_peak_gops).c_str(), roofs.at(t).dram_gbs, roofs.at(t).l3_gbs,
+                    roofs.at(t).l2_gbs);
+      std::printf("oneDNN ISA cap: %s\n%s", onednn_isa.empty() ? "none (its best)" : onednn_isa.c_str(),
+                  table.c_str());
+      for (const std::string& note : notes) std::printf("  * %s\n", note.c_str());
+    }
+    return 0;
+  }
 
   const char* kernel = ops::select_kernel(ops::gemm_detail::gemm_kernels(), isa).name;
   nlohmann::json out = {

@@ -33,20 +33,37 @@ std::span<const ops::KernelEntry<RoofKernels>> roof_kernels() {
 
 double flops_per_iteration(Isa isa) { return ops::select_kernel(roof_kernels(), isa).kernels.flops_per_iteration; }
 
-double measure_fma_gflops(Isa isa, int n_threads, long iterations, int reps) {
-  if (!cpu_supports(isa)) throw Error(std::string("measure_fma_gflops: this CPU lacks ") + isa_name(isa));
-  const RoofKernels& kernels = ops::select_kernel(roof_kernels(), isa).kernels;
+namespace {
+// Ops per second of `loop` (ops_per_iteration per round) on n_threads threads, each running `iterations` rounds:
+// best of `reps` runs. Best-of, not median: a roof is what the hardware can do, and noise only lowers it.
+double measure_loop_rate(float (*loop)(long), double ops_per_iteration, int n_threads, long iterations, int reps) {
   double best = 1e30;
   float sink = 0;
   for (int rep = 0; rep < reps; ++rep) {
     const double t0 = steady_seconds();
 #pragma omp parallel num_threads(n_threads) reduction(+ : sink)
-    sink += kernels.fma_loop(iterations);
+    sink += loop(iterations);
     best = std::min(best, steady_seconds() - t0);
   }
   if (sink == 12345.0f) std::fputc(' ', stderr);  // keeps the result alive
-  // Best-of, not median: the roof is what the hardware can do, and noise only lowers it.
-  return kernels.flops_per_iteration * iterations * n_threads / best * 1e-9;
+  return ops_per_iteration * iterations * n_threads / best;
+}
+}  // namespace
+
+double measure_fma_gflops(Isa isa, int n_threads, long iterations, int reps) {
+  if (!cpu_supports(isa)) throw Error(std::string("measure_fma_gflops: this CPU lacks ") + isa_name(isa));
+  const RoofKernels& kernels = ops::select_kernel(roof_kernels(), isa).kernels;
+  return measure_loop_rate(kernels.fma_loop, kernels.flops_per_iteration, n_threads, iterations, reps) * 1e-9;
+}
+
+double measure_bf16_dot_gflops(int n_threads, long iterations, int reps) {
+  if (!cpu_supports(Isa::avx512_bf16)) throw Error("measure_bf16_dot_gflops: this CPU lacks avx512_bf16");
+  return measure_loop_rate(bf16_dot_loop_avx512bf16, kBf16DotFlopsPerIteration, n_threads, iterations, reps) * 1e-9;
+}
+
+double measure_vnni_dot_gops(int n_threads, long iterations, int reps) {
+  if (!cpu_supports(Isa::avx512_vnni)) throw Error("measure_vnni_dot_gops: this CPU lacks avx512_vnni");
+  return measure_loop_rate(vnni_dot_loop_avx512vnni, kVnniDotOpsPerIteration, n_threads, iterations, reps) * 1e-9;
 }
 
 double measure_read_gbs(int n_threads, size_t bytes, int reps, int passes) {

@@ -1,5 +1,5 @@
-// The loops that measure the machine's roofs (FMA peak; read bandwidth from L2, L3 and DRAM), one set per ISA TU
-// (ops/base/roofs_<isa>.cpp), the cache sizes that place the read probes, and the probes' buffer sizes. Used by the
+// The loops that measure the machine's roofs (FMA peak; read bandwidth from L2, L3 and DRAM; the BF16 and int8
+// dot-product peaks where the CPU has AVX512-BF16 / AVX512-VNNI), one set per ISA TU (ops/base/roofs_<isa>.cpp), the cache sizes that place the read probes, and the probes' buffer sizes. Used by the
 // profiler's calibration and by every benchmark in perf/.
 #pragma once
 
@@ -19,6 +19,15 @@ float fma_loop_avx2(long iterations);    // 10 ymm FMAs per round
 float fma_loop_avx512(long iterations);  // 10 zmm FMAs per round
 double flops_per_iteration(Isa isa);  // of the loop measure_fma_gflops runs for `isa`
 
+// Dot-product peak loops of the bf16 and q8 GEMMs' instructions: `iterations` rounds of 12 independent zmm
+// instructions each; return a value that depends on all of them. Run only where cpu_supports(their level).
+float bf16_dot_loop_avx512bf16(long iterations);  // 12 vdpbf16ps
+float vnni_dot_loop_avx512vnni(long iterations);  // 12 vpdpbusd
+// Work of one round. vdpbf16ps: 16 f32 lanes × 2 bf16 products, each product counted as 2 FLOPs (multiply and
+// add, as an FMA's) = 64 FLOPs. vpdpbusd: 16 int32 lanes × 4 u8·s8 products = 64 multiply-adds = 128 int8 ops.
+inline constexpr double kBf16DotFlopsPerIteration = 64.0 * 12;
+inline constexpr double kVnniDotOpsPerIteration = 128.0 * 12;
+
 // Sum of src[0, n): streaming reads with independent accumulators.
 float read_loop_ref(const float* src, size_t n);
 float read_loop_avx2(const float* src, size_t n);
@@ -34,6 +43,10 @@ std::span<const ops::KernelEntry<RoofKernels>> roof_kernels();
 
 // Peak FP32 GFLOP/s of `isa` on `n_threads` threads (best of `reps` runs of `iterations` rounds per thread).
 double measure_fma_gflops(Isa isa, int n_threads, long iterations, int reps);
+// Peak BF16 GFLOP/s (vdpbf16ps) and int8 GOP/s (vpdpbusd: 2 ops per multiply-add) on `n_threads` threads, the
+// same method as measure_fma_gflops. Throw sqrtdk::Error if the CPU lacks avx512_bf16 / avx512_vnni.
+double measure_bf16_dot_gflops(int n_threads, long iterations, int reps);
+double measure_vnni_dot_gops(int n_threads, long iterations, int reps);
 // Read GB/s on `n_threads` threads over a `bytes` array, each thread summing its own contiguous share (as a decode
 // GEMM's thread streams its own weight panels). The array is first touched by the threads that read it; each of the
 // `reps` timed runs reads it `passes` times (passes > 1 for cache-resident arrays, too quick to time in one pass);

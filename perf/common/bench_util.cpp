@@ -147,12 +147,17 @@ std::map<int, MachineRoofs> measure_roofs(Isa isa, const std::vector<int>& threa
   std::map<int, MachineRoofs> out;
   for (int t : threads) {
     out[t] = measure_machine_roofs(isa, t, smoke);
-    std::fprintf(stderr, "roofs, %d thread(s), %s: FMA peak %.1f GFLOP/s; read DRAM %.1f, L3 %.1f, L2 %.1f GB/s (%s)\n",
-                 t, isa_name(isa), out[t].peak_gflops, out[t].dram_gbs, out[t].l3_gbs, out[t].l2_gbs,
+    std::fprintf(stderr,
+                 "roofs, %d thread(s), %s: FMA peak %.1f GFLOP/s, BF16 peak %s GFLOP/s, int8 peak %s GOP/s; read "
+                 "DRAM %.1f, L3 %.1f, L2 %.1f GB/s (%s)\n",
+                 t, isa_name(isa), out[t].peak_gflops, peak_cell(out[t].bf16_peak_gflops).c_str(),
+                 peak_cell(out[t].int8_peak_gops).c_str(), out[t].dram_gbs, out[t].l3_gbs, out[t].l2_gbs,
                  out[t].source.c_str());
   }
   return out;
 }
+
+std::string peak_cell(double peak) { return peak > 0 ? fmt(peak) : "absent"; }
 
 std::string pct_cell(const RoofShare& share) {
   if (share.ok) return fmt(share.percent, 0) + "%";

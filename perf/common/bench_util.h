@@ -1,5 +1,5 @@
 // Shared benchmark helpers for perf/bench_*.cpp: timing with medians, the machine's measured roofs (FMA peak per
-// ISA and thread count; L2, L3 and DRAM read bandwidth), shares of a roof that are never above 100%, and output as
+// ISA and thread count, BF16 and int8 dot-product peaks where the ISA has them; L2, L3 and DRAM read bandwidth), shares of a roof that are never above 100%, and output as
 // a readable table or one JSON document (--json) that records the machine, the roofs and the timing method.
 //
 // Figures are measured in the same run as the comparisons they anchor (DEVELOPERS.md: ratios measured in one run).
@@ -57,6 +57,10 @@ double median(std::vector<double> v);
 // The roofs of `isa` at each thread count, measured now (the engine's measure_machine_roofs: FMA peak, L2, L3 and
 // DRAM read bandwidth on that many threads; a quick, rough pass with smoke). Every benchmark measures its own.
 std::map<int, MachineRoofs> measure_roofs(Isa isa, const std::vector<int>& threads, bool smoke);
+
+// A dot-product peak for a table cell (MachineRoofs::bf16_peak_gflops, int8_peak_gops): the figure, or "absent"
+// when the roofs' ISA or the CPU has no such instruction (0).
+std::string peak_cell(double peak);
 
 // A share of a roof for a table cell: "83%", "roof?" when above 100% (the roof is wrong: share_of_roof), "-" when
 // there is no roof; and for JSON: the percentage, or null when none can be given.

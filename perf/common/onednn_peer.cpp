@@ -152,6 +152,128 @@ size_t OnednnMatmul::weight_bytes() const { return impl_->pd.weights_desc().get_
 
 const char* OnednnMatmul::impl_name() const { return impl_->pd.impl_info_str(); }
 
+struct OnednnTypedMatmul::Impl {
+  dnnl::engine engine{dnnl::engine::kind::cpu, 0};
+  dnnl::stream stream{engine};
+  size_t M = 0, N = 0, K = 0, lda = 0, ldc = 0;
+  dt src_type = dt::undef;
+  dnnl::matmul::primitive_desc pd;
+  dnnl::matmul primitive;
+  memory weights;  // reordered into pd.weights_desc()
+  std::unordered_map<int, memory> args;
+  bool bound = false;
+};
+
+namespace {
+
+// The shared part of OnednnTypedMatmul's two constructors: checks, primitive, weights reordered once.
+std::unique_ptr<OnednnTypedMatmul::Impl> make_typed_matmul(const char* type, dt src_type, dt weight_type,
+                                                           const void* weights, size_t N, size_t K,
+                                                           size_t ld_weights, size_t M, size_t lda, size_t ldc,
+                                                           const dnnl::primitive_attr& attr, int n_threads) {
+  const std::string where = std::string("OnednnTypedMatmul::") + type + "(M " + std::to_string(M) + ", N " +
+                            std::to_string(N) + ", K " + std::to_string(K) + ")";
+  if (M == 0 || N == 0 || K == 0) throw Error(where + ": M, N and K must be ≥ 1");
+  if (weights == nullptr) throw Error(where + ": weights is null");
+  if (ld_weights < K || lda < K || ldc < N) throw Error(where + ": a stride is below its width");
+  auto p = std::make_unique<OnednnTypedMatmul::Impl>();
+  p->M = M;
+  p->N = N;
+  p->K = K;
+  p->lda = lda;
+  p->ldc = ldc;
+  p->src_type = src_type;
+  try {
+    const ScopedOmpThreads threads(n_threads);  // primitive creation sees the count execute() will run with
+    const memory::desc src_md(dims2(M, K), src_type, dims2(lda, 1));
+    const memory::desc any_md(dims2(K, N), weight_type, tag::any);
+    const memory::desc dst_md(dims2(M, N), dt::f32, dims2(ldc, 1));
+    p->pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(src_md, any_md, dst_md), attr, p->engine);
+    p->primitive = dnnl::matmul(p->pd);
+    // [N, K] with row stride ld is the [K, N] matrix with strides {1, ld}.
+    memory user(memory::desc(dims2(K, N), weight_type, dims2(1, ld_weights)), p->engine, const_cast<void*>(weights));
+    p->weights = memory(p->pd.weights_desc(), p->engine);
+    dnnl::reorder(user, p->weights).execute(p->stream, user, p->weights);
+    p->stream.wait();
+  } catch (const dnnl::error& err) {
+    throw Error(where + ": oneDNN error: " + err.what());
+  }
+  return p;
+}
+
+}  // namespace
+
+OnednnTypedMatmul::OnednnTypedMatmul(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+OnednnTypedMatmul::~OnednnTypedMatmul() = default;
+OnednnTypedMatmul::OnednnTypedMatmul(OnednnTypedMatmul&&) noexcept = default;
+OnednnTypedMatmul& OnednnTypedMatmul::operator=(OnednnTypedMatmul&&) noexcept = default;
+
+OnednnTypedMatmul OnednnTypedMatmul::bf16(const uint16_t* weights, size_t N, size_t K, size_t ld_weights, size_t M,
+                                          size_t lda, size_t ldc, int n_threads) {
+  return OnednnTypedMatmul(make_typed_matmul("bf16", dt::bf16, dt::bf16, weights, N, K, ld_weights, M, lda, ldc,
+                                             dnnl::primitive_attr(), n_threads));
+}
+
+OnednnTypedMatmul OnednnTypedMatmul::int8(const int8_t* weights, size_t N, size_t K, size_t ld_weights,
+                                          const float* output_scales, int32_t src_zero_point, size_t M, size_t lda,
+                                          size_t ldc, int n_threads) {
+  if (output_scales == nullptr) throw Error("OnednnTypedMatmul::int8: output_scales is null");
+  dnnl::primitive_attr attr;
+  // Scales and zero point fixed at creation (known before the timed loop): oneDNN's cheapest form of both.
+  attr.set_output_scales(1 << 1, std::vector<float>(output_scales, output_scales + N));  // mask: per dst column
+  if (src_zero_point != 0) attr.set_zero_points(DNNL_ARG_SRC, 0, {src_zero_point});
+  return OnednnTypedMatmul(
+      make_typed_matmul("int8", dt::u8, dt::s8, weights, N, K, ld_weights, M, lda, ldc, attr, n_threads));
+}
+
+void OnednnTypedMatmul::bind(const void* src, float* dst) {
+  Impl& p = *impl_;
+  if (src == nullptr || dst == nullptr) throw Error("OnednnTypedMatmul::bind: src or dst is null");
+  try {
+    p.args.clear();
+    p.args[DNNL_ARG_SRC] =
+        memory(memory::desc(dims2(p.M, p.K), p.src_type, dims2(p.lda, 1)), p.engine, const_cast<void*>(src));
+    p.args[DNNL_ARG_WEIGHTS] = p.weights;
+    p.args[DNNL_ARG_DST] = memory(strided(p.M, p.N, p.ldc), p.engine, dst);
+    p.bound = true;
+  } catch (const dnnl::error& err) {
+    throw Error(std::string("OnednnTypedMatmul::bind: oneDNN error: ") + err.what());
+  }
+}
+
+void OnednnTypedMatmul::execute() {
+  Impl& p = *impl_;
+  if (!p.bound) throw Error("OnednnTypedMatmul::execute: no buffers bound (call bind first)");
+  try {
+    p.primitive.execute(p.stream, p.args);
+    p.stream.wait();
+  } catch (const dnnl::error& err) {
+    throw Error(std::string("OnednnTypedMatmul::execute: oneDNN error: ") + err.what());
+  }
+}
+
+size_t OnednnTypedMatmul::weight_bytes() const { return impl_->pd.weights_desc().get_size(); }
+
+const char* OnednnTypedMatmul::impl_name() const { return impl_->pd.impl_info_str(); }
+
+void onednn_set_max_cpu_isa(const std::string& name) {
+  static const std::unordered_map<std::string, dnnl::cpu_isa> isas = {
+      {"avx512_core", dnnl::cpu_isa::avx512_core},
+      {"avx512_core_vnni", dnnl::cpu_isa::avx512_core_vnni},
+      {"avx512_core_bf16", dnnl::cpu_isa::avx512_core_bf16},
+      {"avx512_core_amx", dnnl::cpu_isa::avx512_core_amx},
+      {"all", dnnl::cpu_isa::all}};
+  const auto it = isas.find(name);
+  if (it == isas.end())
+    throw Error("oneDNN ISA '" + name + "': expected avx512_core, avx512_core_vnni, avx512_core_bf16, "
+                "avx512_core_amx or all");
+  try {
+    dnnl::set_max_cpu_isa(it->second);
+  } catch (const dnnl::error& err) {
+    throw Error("oneDNN refused max ISA '" + name + "' (set before any primitive is created): " + err.what());
+  }
+}
+
 void onednn_gemm(const float* src, size_t M, size_t lda, const float* weights, size_t N, size_t K, size_t ld_weights,
                  float* dst, size_t ldc, const ops::GemmEpilogue& epilogue, int n_threads) {
   OnednnMatmul matmul(weights, N, K, ld_weights, M, lda, ldc, epilogue, dst, n_threads);

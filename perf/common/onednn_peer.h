@@ -18,7 +18,9 @@
 #include "ops/gemm/gemm.h"
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
+#include <string>
 
 namespace sqrtdk::perf {
 
@@ -62,6 +64,43 @@ class OnednnMatmul {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+// oneDNN's matmul in the bf16 and int8 types: the peer of ops::gemm with bf16 and q8 weights (bench-gemm --dtype),
+// planned once like OnednnMatmul (primitive for this exact M and thread count, weights reordered once into the
+// layout it prefers, format_tag::any), without an epilogue. dst is f32 [M, N] (row stride ldc) for both:
+//   bf16: src [M, K] bf16 (row stride lda), weights [N, K] bf16; dst = src · weightsᵀ, f32 accumulation.
+//   int8: src [M, K] u8 with one zero point, weights [N, K] s8, one output scale per column n (oneDNN 2.6 has
+//         no per-K-block scales): dst[m, n] = output_scales[n] · Σ_k (src[m, k] - src_zero_point) · w[n, k].
+class OnednnTypedMatmul {
+ public:
+  static OnednnTypedMatmul bf16(const uint16_t* weights, size_t N, size_t K, size_t ld_weights, size_t M,
+                                size_t lda, size_t ldc, int n_threads = 0);
+  static OnednnTypedMatmul int8(const int8_t* weights, size_t N, size_t K, size_t ld_weights,
+                                const float* output_scales, int32_t src_zero_point, size_t M, size_t lda,
+                                size_t ldc, int n_threads = 0);
+  ~OnednnTypedMatmul();
+  OnednnTypedMatmul(OnednnTypedMatmul&&) noexcept;
+  OnednnTypedMatmul& operator=(OnednnTypedMatmul&&) noexcept;
+
+  // src: bf16 (uint16_t) or u8 elements as created; dst f32.
+  void bind(const void* src, float* dst);
+  // Runs the primitive on the bound buffers with the calling thread's current OpenMP thread count and waits.
+  void execute();
+
+  size_t weight_bytes() const;    // the reordered weights (and any compensation oneDNN keeps beside them)
+  const char* impl_name() const;  // e.g. "brg:avx512_core_bf16", "brg:avx512_core_amx"
+
+  struct Impl;
+
+ private:
+  explicit OnednnTypedMatmul(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// Caps the ISA oneDNN's kernels may use, for this process (dnnl::set_max_cpu_isa): "avx512_core",
+// "avx512_core_vnni", "avx512_core_bf16", "avx512_core_amx", "all". Must come before oneDNN creates any primitive;
+// sqrtdk::Error for an unknown name or when oneDNN refuses (too late).
+void onednn_set_max_cpu_isa(const std::string& name);
 
 // One call, planned and run at once (tests): dst = epilogue(src · weightsᵀ) through a fresh OnednnMatmul.
 void onednn_gemm(const float* src, size_t M, size_t lda, const float* weights, size_t N, size_t K, size_t ld_weights,

@@ -57,6 +57,43 @@ TEST_CASE("roofs cache: the cache-level roofs must agree too") {
   CHECK(roofs_noise(a, b, 0.1, 2, 2) == "");
 }
 
+TEST_CASE("roofs cache: the dot-product peaks must agree too, and a machine without them is not noise") {
+  MachineRoofs a = given_roofs(200, 30), b = given_roofs(200, 30);
+  CHECK(roofs_noise(a, b, 0.1, 2, 2) == "");  // neither measured (an ISA below avx512_vnni): fine
+  a.bf16_peak_gflops = 400;
+  b.bf16_peak_gflops = 390;
+  a.int8_peak_gops = b.int8_peak_gops = 800;
+  CHECK(roofs_noise(a, b, 0.1, 2, 2) == "");
+  b.bf16_peak_gflops = 200;  // the BF16 loop caught a busy moment
+  CHECK(roofs_noise(a, b, 0.1, 2, 2).find("50% (BF16 peak)") != std::string::npos);
+  b.bf16_peak_gflops = 390;
+  b.int8_peak_gops = 0;  // measured once, not the other time
+  CHECK(roofs_noise(a, b, 0.1, 2, 2).find("(int8 peak)") != std::string::npos);
+}
+
+TEST_CASE("roofs: the dot-product peaks are measured exactly at the ISA levels that have them") {
+  for (Isa isa : supported_isas()) {
+    CAPTURE(isa_name(isa));
+    const MachineRoofs r = measure_machine_roofs(isa, 1, /*quick=*/true);
+    CHECK((r.bf16_peak_gflops > 0) == (isa >= Isa::avx512_bf16));
+    CHECK((r.int8_peak_gops > 0) == (isa >= Isa::avx512_vnni));
+  }
+  // The JSON record says null, not 0, for a peak the level lacks.
+  MachineRoofs none;
+  const std::string json = machine_json({none}, "test");
+  CHECK(json.find("\"bf16_peak_gflops\":null") != std::string::npos);
+  CHECK(json.find("\"int8_peak_gops\":null") != std::string::npos);
+  if (cpu_supports(Isa::avx512_bf16)) {
+    // The loops' accounting against the FMA loop's: no CPU issues more than twice as many vdpbf16ps (64 FLOPs)
+    // or vpdpbusd (128 ops) per cycle as zmm FMAs (32 FLOPs), so the peaks stay under 4x and 8x the FMA peak;
+    // twice that here, for the noise of quick single runs on a shared machine. A loop GCC had merged (12 chains into one
+    // reads up to 12x) or an op count off by a factor would not.
+    const MachineRoofs r = measure_machine_roofs(Isa::avx512_bf16, 1, /*quick=*/true);
+    CHECK(r.bf16_peak_gflops < 8 * r.peak_gflops);
+    CHECK(r.int8_peak_gops < 16 * r.peak_gflops);
+  }
+}
+
 TEST_CASE("roofs cache: the source says whether the roofs came from the cache and why they were not cached") {
   test::TempDir dir;
   const char* old = std::getenv("XDG_CACHE_HOME");

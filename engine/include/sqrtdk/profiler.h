@@ -28,6 +28,10 @@ struct MachineRoofs {
   Isa isa = Isa::ref;
   int n_threads = 1;
   double peak_gflops = 0;  // FP32 FMA peak (independent-accumulator FMA loop)
+  // Dot-product peaks of the bf16 and q8 GEMMs' instructions, measured like the FMA peak when `isa` is at or above
+  // their level (the CPU then has them); 0: absent (a lower ISA, or a CPU without them), never estimated.
+  double bf16_peak_gflops = 0;  // AVX512-BF16 vdpbf16ps: 2 FLOPs per bf16 product (64 per zmm instruction)
+  double int8_peak_gops = 0;    // AVX512-VNNI vpdpbusd: 2 ops per u8·s8 multiply-add (128 per zmm instruction)
   double dram_gbs = 0;     // DRAM read bandwidth (streaming sum over max(256 MiB, 2x L3), at most 1 GiB)
   double l3_gbs = 0;       // L3-resident read bandwidth (0: not measured: no L3, or too small beside the L2s)
   double l2_gbs = 0;       // L2-resident read bandwidth, the threads' L2s together (0: not measured)
@@ -76,7 +80,8 @@ RoofShare share_of_roof(double achieved, double roof, const std::string& roof_na
 
 // The machine record every --json output carries, as one JSON object: the CPU model, logical core count, the
 // timing method (`timing`, e.g. "wall-clock median of 5 runs, warm caches") and each roof set used (threads, ISA,
-// FMA peak, DRAM/L3/L2 read GB/s, cache sizes, and where they came from: measured now or the cache).
+// FMA peak, BF16 and int8 dot-product peaks (null where absent), DRAM/L3/L2 read GB/s, cache sizes, and where they
+// came from: measured now or the cache).
 std::string machine_json(const std::vector<MachineRoofs>& roofs, const std::string& timing);
 
 struct OpStats {

@@ -55,6 +55,12 @@ MachineRoofs measure_machine_roofs(Isa isa, int n_threads, bool quick) {
   // 15 ms runs once halved the 2-thread roof in `sqrtdk bench`).
   const long iterations = quick ? 1000000 : isa == Isa::ref ? 5000000 : 40000000;
   r.peak_gflops = roofs::measure_fma_gflops(isa, n_threads, iterations, quick ? 1 : 5);
+  // 12 dot instructions per round against the FMA loop's 10: 30M rounds issue as many instructions as its 40M.
+  const long dot_iterations = quick ? 1000000 : 30000000;
+  if (isa >= Isa::avx512_bf16)
+    r.bf16_peak_gflops = roofs::measure_bf16_dot_gflops(n_threads, dot_iterations, quick ? 1 : 5);
+  if (isa >= Isa::avx512_vnni)
+    r.int8_peak_gops = roofs::measure_vnni_dot_gops(n_threads, dot_iterations, quick ? 1 : 5);
   // Every read probe on the same n_threads threads as the engine will run, each thread streaming its own share.
   // The DRAM probe is twice the L3 (the 256 MiB it used to be is inside this VM's 300 MiB L3).
   const int reps = quick ? 1 : 3;
@@ -118,8 +124,11 @@ std::string machine_json(const std::vector<MachineRoofs>& roofs, const std::stri
                       {"logical_cores", std::max(1u, std::thread::hardware_concurrency())},
                       {"timing", timing},
                       {"roofs", nlohmann::json::array()}};
+  auto absent_as_null = [](double v) { return v > 0 ? nlohmann::json(v) : nlohmann::json(); };
   for (const MachineRoofs& r : roofs)
     j["roofs"].push_back({{"threads", r.n_threads}, {"isa", isa_name(r.isa)}, {"fma_peak_gflops", r.peak_gflops},
+                          {"bf16_peak_gflops", absent_as_null(r.bf16_peak_gflops)},
+                          {"int8_peak_gops", absent_as_null(r.int8_peak_gops)},
                           {"dram_read_gbs", r.dram_gbs}, {"l3_read_gbs", r.l3_gbs}, {"l2_read_gbs", r.l2_gbs},
                           {"l1d_bytes_per_core", r.l1d_bytes}, {"l2_bytes_per_core", r.l2_bytes},
                           {"l3_bytes", r.l3_bytes}, {"source", r.source}});
@@ -135,6 +144,8 @@ std::string roofs_noise(const MachineRoofs& a, const MachineRoofs& b, double loa
   // A cache level neither measurement has (0 and 0) is not noise; one that only one of them has is.
   auto level = [&](double x, double y) { return x == 0 && y == 0 ? 0.0 : spread(x, y); };
   const double l3 = level(a.l3_gbs, b.l3_gbs), l2 = level(a.l2_gbs, b.l2_gbs);
+  // The dot-product peaks likewise: 0 and 0 is an ISA or CPU without them.
+  const double bf16 = level(a.bf16_peak_gflops, b.bf16_peak_gflops), int8 = level(a.int8_peak_gops, b.int8_peak_gops);
   std::string why;
   if (peak > 0.10 || dram > 0.10)
     why = "two measurements differ by " + fmt("%.0f", 100 * peak) + "% (FMA peak) and " + fmt("%.0f", 100 * dram) +
@@ -142,6 +153,9 @@ std::string roofs_noise(const MachineRoofs& a, const MachineRoofs& b, double loa
   if (l3 > 0.10 || l2 > 0.10)
     why += std::string(why.empty() ? "two measurements differ by " : "; by ") + fmt("%.0f", 100 * l3) +
            "% (L3 read) and " + fmt("%.0f", 100 * l2) + "% (L2 read)";
+  if (bf16 > 0.10 || int8 > 0.10)
+    why += std::string(why.empty() ? "two measurements differ by " : "; by ") + fmt("%.0f", 100 * bf16) +
+           "% (BF16 peak) and " + fmt("%.0f", 100 * int8) + "% (int8 peak)";
   if (load_average >= 0 && n_cores - load_average < n_threads - 0.25)
     why += std::string(why.empty() ? "" : "; ") + "load average " + fmt("%.2f", load_average) + " on " +
            std::to_string(n_cores) + " cores leaves fewer than " + std::to_string(n_threads) + " free";
@@ -178,10 +192,10 @@ MachineRoofs cached_machine_roofs(Isa isa, int n_threads, const std::function<vo
   else if (const char* h = std::getenv("HOME"); h && h[0])
     dir = fs::path(h) / ".cache" / "sqrtdk";
   const fs::path file = dir / "roofs.json";
-  // "v4": entries without the cache-level roofs, or with the DRAM probe inside a large L3 (v3), before the
-  // quiet-machine rule (v2 and older: possibly measured on a busy machine, and before v2 with an FMA loop GCC had
-  // merged, reading ~25% high) are ignored and re-measured.
-  const std::string key = "v4|" + cpu_model() + "|" + isa_name(isa) + "|" + std::to_string(n_threads);
+  // "v5": entries without the BF16 / int8 dot-product peaks (v4), without the cache-level roofs, or with the DRAM
+  // probe inside a large L3 (v3), before the quiet-machine rule (v2 and older: possibly measured on a busy machine,
+  // and before v2 with an FMA loop GCC had merged, reading ~25% high) are ignored and re-measured.
+  const std::string key = "v5|" + cpu_model() + "|" + isa_name(isa) + "|" + std::to_string(n_threads);
   nlohmann::json cache = nlohmann::json::object();
   if (!dir.empty()) {
     std::ifstream in(file);
@@ -194,6 +208,8 @@ MachineRoofs cached_machine_roofs(Isa isa, int n_threads, const std::function<vo
           r.isa = isa;
           r.n_threads = n_threads;
           r.peak_gflops = e.at("peak_gflops").get<double>();
+          r.bf16_peak_gflops = e.at("bf16_peak_gflops").get<double>();
+          r.int8_peak_gops = e.at("int8_peak_gops").get<double>();
           r.dram_gbs = e.at("dram_gbs").get<double>();
           r.l3_gbs = e.at("l3_gbs").get<double>();
           r.l2_gbs = e.at("l2_gbs").get<double>();
@@ -222,6 +238,8 @@ MachineRoofs cached_machine_roofs(Isa isa, int n_threads, const std::function<vo
   const int n_cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
   const std::string noise = profiler_detail::roofs_noise(r, again, load_average, n_cores, n_threads);
   r.peak_gflops = std::max(r.peak_gflops, again.peak_gflops);
+  r.bf16_peak_gflops = std::max(r.bf16_peak_gflops, again.bf16_peak_gflops);
+  r.int8_peak_gops = std::max(r.int8_peak_gops, again.int8_peak_gops);
   r.dram_gbs = std::max(r.dram_gbs, again.dram_gbs);
   r.l3_gbs = std::max(r.l3_gbs, again.l3_gbs);
   r.l2_gbs = std::max(r.l2_gbs, again.l2_gbs);
@@ -231,7 +249,8 @@ MachineRoofs cached_machine_roofs(Isa isa, int n_threads, const std::function<vo
   }
   std::error_code ec;
   fs::create_directories(dir, ec);
-  cache[key] = {{"peak_gflops", r.peak_gflops}, {"dram_gbs", r.dram_gbs}, {"l3_gbs", r.l3_gbs},
+  cache[key] = {{"peak_gflops", r.peak_gflops}, {"bf16_peak_gflops", r.bf16_peak_gflops},
+                {"int8_peak_gops", r.int8_peak_gops}, {"dram_gbs", r.dram_gbs}, {"l3_gbs", r.l3_gbs},
                 {"l2_gbs", r.l2_gbs}, {"l1d_bytes", r.l1d_bytes}, {"l2_bytes", r.l2_bytes},
                 {"l3_bytes", r.l3_bytes}, {"measured_at", utc_now()}, {"load_average", load_average}};
   const fs::path tmp = file.string() + ".tmp" + std::to_string(::getpid());
