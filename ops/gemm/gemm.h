@@ -66,6 +66,15 @@ GemmBlocking gemm_blocking(Isa isa);
 //         and summed in f32 in block order, then times the row's scale. The quantization of src is part of the
 //         spec (gemm_q8_ref), so every ISA computes the same integers. K must be a multiple of 32.
 // Every bf16/q8 kernel sums each element in one order whatever M: RowOrder does not change them.
+//
+// Which bf16 kernel pays depends on the core, not on the ISA level: vdpbf16ps does twice an FMA's multiply-adds
+// per instruction, but on the Xeon (Emerald Rapids class) it issues at a quarter of the FMA rate (half the FLOPs;
+// tests and bench-machine measure it), where the widening kernel runs at the f32 rate. bf16_weights_isa(isa) is
+// the ISA to pack bf16 weights for: isa itself when the CPU's measured vdpbf16ps rate beats its FMA rate by 25%,
+// else avx512_vnni (whose bf16 kernel is avx512's widening one). Measured once per process (~5 ms, one thread;
+// the two rates differ 2x or more on every CPU seen, so noise does not flip it); SQRTDK_BF16_KERNEL=dot|widen
+// decides instead. SQRTDK_VERBOSE prints the rates and the choice.
+Isa bf16_weights_isa(Isa isa);
 enum class WeightType : uint8_t { f32, bf16, q8 };
 const char* weight_type_name(WeightType type);  // "f32", "bf16", "q8"
 

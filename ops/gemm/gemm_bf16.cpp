@@ -2,7 +2,14 @@
 // exact values). SIMD kernels: gemm_bf16_avx512bf16.cpp (vdpbf16ps), gemm_bf16_avx512.cpp and gemm_bf16_avx2.cpp
 // (bf16 widened to f32 in the microkernel).
 #include "ops/base/float16.h"
+#include "ops/base/roofs.h"
 #include "ops/gemm/gemm_typed_kernels.h"
+
+#include <sqrtdk/error.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
 
 #include <cstring>
 
@@ -11,6 +18,35 @@ namespace sqrtdk::ops {
 namespace {
 inline float bf16_value(uint16_t h) { return bf16_to_float(h); }
 }  // namespace
+
+namespace {
+
+bool choose_bf16_dot() {
+  const char* forced = std::getenv("SQRTDK_BF16_KERNEL");
+  if (forced != nullptr && forced[0] != '\0') {
+    const std::string f = forced;
+    if (f != "dot" && f != "widen")
+      throw Error("SQRTDK_BF16_KERNEL='" + f + "': expected dot (vdpbf16ps) or widen (bf16 widened to f32, FMA)");
+    if (verbose()) std::fprintf(stderr, "sqrtdk: bf16 GEMM kernel %s (SQRTDK_BF16_KERNEL)\n", forced);
+    return f == "dot";
+  }
+  // ~2 ms per loop at 2-3 GHz; best of 3 (noise only slows a loop down).
+  const double fma = roofs::measure_fma_gflops(Isa::avx512, 1, 200000, 3);
+  const double dot = roofs::measure_bf16_dot_gflops(1, 200000, 3);
+  const bool use_dot = dot >= 1.25 * fma;
+  if (verbose())
+    std::fprintf(stderr, "sqrtdk: bf16 GEMM kernel %s (vdpbf16ps %.0f GFLOP/s vs FMA %.0f GFLOP/s, one thread)\n",
+                 use_dot ? "dot (vdpbf16ps)" : "widen (bf16 -> f32, FMA)", dot, fma);
+  return use_dot;
+}
+
+}  // namespace
+
+Isa bf16_weights_isa(Isa isa) {
+  if (isa < Isa::avx512_bf16 || !cpu_supports(Isa::avx512_bf16)) return isa;
+  static const bool use_dot = choose_bf16_dot();  // once per process, then constant
+  return use_dot ? isa : Isa::avx512_vnni;
+}
 
 void gemm_bf16_ref(const float* src, size_t M, size_t lda, const uint16_t* weights, size_t N, size_t K,
                    size_t ld_weights, float* dst, size_t ldc, const GemmEpilogue& epilogue) {

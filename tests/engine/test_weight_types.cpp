@@ -73,19 +73,19 @@ TEST_CASE("weight types: the bundled model in bf16 and q8 keeps its bits per byt
   o.dtype = DType::q8;
   convert_sqdk(f32, q8, o);
 
-  // The end of the New Testament, held out from training (tools/train_tiny.py), 16 KB.
+  // The end of the New Testament, held out from training (tools/train_tiny.py), 16 KB; 4 096 bytes of it per path.
   std::ifstream in(std::string(SQRTDK_SOURCE_DIR) + "/tests/data/tiny/kjv_valid_excerpt.txt", std::ios::binary);
   std::stringstream ss;
   ss << in.rdbuf();
   auto ref_model = Model::load(f32);
   const std::vector<uint32_t> text = ref_model->require_tokenizer().encode(ss.str(), false);
-  REQUIRE(text.size() > 8000);
+  REQUIRE(text.size() > 4096);
   const size_t window = 256, vocab = ref_model->config().n_vocab;
 
   for (Isa isa : typed_isas()) {
     CAPTURE(isa_name(isa));
     // The reference ISA is the scalar spec: 1 000 positions are plenty to check it and keep the test quick.
-    const std::vector<uint32_t> tokens(text.begin(), text.begin() + (isa == Isa::ref ? 1000 : text.size()));
+    const std::vector<uint32_t> tokens(text.begin(), text.begin() + (isa == Isa::ref ? 1000 : 4096));
     const auto ref = all_logits(load_at(f32, isa <= Isa::avx512 ? isa : Isa::avx512), tokens, window, 2);
     for (const auto& [name, path] : {std::pair{"bf16", bf16}, std::pair{"q8", q8}}) {
       CAPTURE(std::string(name));
@@ -93,10 +93,10 @@ TEST_CASE("weight types: the bundled model in bf16 and q8 keeps its bits per byt
       const auto logits = all_logits(model, tokens, window, 2);
       const tools::LogitComparison c = compare(ref, logits, tokens, window, vocab);
       const double bpb_ref = c.bits_ref / c.scored, bpb = c.bits_other / c.scored;  // byte tokens: per byte
-      MESSAGE(isa_name(isa) << " " << name << ": bits/byte " << bpb << " vs f32 " << bpb_ref << " ("
+      MESSAGE(std::string(isa_name(isa)) << " " << std::string(name) << ": bits/byte " << bpb << " vs f32 " << bpb_ref << " ("
                             << 100.0 * (bpb - bpb_ref) / bpb_ref << "%), top-1 " << 100.0 * c.top1_rate()
                             << "%, KL mean " << c.kl_mean() << ", max |dlogp| " << c.dlogp_max);
-      // Measured on the Xeon: bf16 within ±0.05%, q8 within ±0.3% (README). 2% catches a broken quantizer: one
+      // Measured on the Xeon (2026-12-01): bf16 -0.01%, q8 +0.03% (README). 2% catches a broken quantizer: one
       // wrong block scale per row costs several percent; a sign error makes the model useless (> 4 bits/byte).
       CHECK(std::fabs(bpb - bpb_ref) <= 0.02 * bpb_ref);
       CHECK(c.top1_rate() >= 0.95);
@@ -137,11 +137,11 @@ TEST_CASE("weight types: random-weight llama in bf16 and q8 against f32, every p
       const auto two = all_logits(model, tokens, window, 2);
       CHECK(one == two);  // bit for bit, any thread count
       const tools::LogitComparison cmp = compare(ref, one, tokens, window, c.n_vocab);
-      MESSAGE(isa_name(isa) << " " << name << " vs f32 over " << cmp.positions << " positions: top-1 "
+      MESSAGE(std::string(isa_name(isa)) << " " << std::string(name) << " vs f32 over " << cmp.positions << " positions: top-1 "
                             << 100.0 * cmp.top1_rate() << "%, KL mean " << cmp.kl_mean() << " max " << cmp.kl_max
                             << ", max |dlogp| " << cmp.dlogp_max);
-      // Generous: ~10x what was measured on the Xeon (bf16 KL ~1e-5, q8 ~1e-4). A broken scale or block gives
-      // KL of order 1.
+      // Generous: ~15x what was measured on the Xeon (KL mean bf16 1.6e-5 to 2.3e-5, q8 3.3e-4; top-1 98.8-99.2%
+      // and 94.9-95.1%; max |dlogp| 0.036 and 0.135). A broken scale or block gives KL of order 1.
       CHECK(cmp.kl_mean() <= (std::string(name) == "bf16" ? 1e-3 : 5e-3));
       CHECK(cmp.dlogp_max <= 0.5);
       CHECK(cmp.top1_rate() >= 0.9);

@@ -78,7 +78,7 @@ class Loader final : public WeightLoader {
     try {
       if (same && dtype == DType::bf16)
         packed = pack_native<uint16_t>(infos, N, K, K, [&](const uint16_t* w, auto&& consumed) {
-          return ops::PackedWeights::pack_bf16(w, N, K, K, isa_, consumed);
+          return ops::PackedWeights::pack_bf16(w, N, K, K, ops::bf16_weights_isa(isa_), consumed);
         });
       else if (same && dtype == DType::q8)
         packed = pack_native<ops::Q8Block>(infos, N, K, K / ops::kQ8BlockSize, [&](const ops::Q8Block* w, auto&& consumed) {
