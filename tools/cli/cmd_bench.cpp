@@ -9,6 +9,7 @@
 #include "tools/cli/commands.h"
 
 #include "models/family.h"
+#include "ops/gemm/gemm.h"
 
 #include <sqrtdk/error.h>
 #include <sqrtdk/profiler.h>
@@ -127,8 +128,45 @@ void run(const BenchArgs& a) {
     decode_bytes.kv_read += b.kv_read / decode;
     decode_bytes.kv_written += b.kv_written / decode;
   }
+  // The linear layers (lm head included) in the types they were packed in (bf16/q8 models read 1/2 or ~1/4 of
+  // f32's bytes): the family's f32 count of them is replaced by the packed bytes. Panels pad N to the tile width;
+  // those zeros are read too, so they count.
+  const double linear_f32_bytes = (c.n_layers * family_of(c).block_linear_macs(c) + double(c.n_vocab) * c.d_model) * 4;
+  double linear_packed_bytes = 0;
+  for (const auto& [type, bytes] : model->packed_bytes_by_type()) linear_packed_bytes += static_cast<double>(bytes);
+  decode_bytes.weights += linear_packed_bytes - linear_f32_bytes;
   const double bytes_per_token = decode_bytes.total();
+  // Prefill's compute roof: each linear layer's MACs at the peak of the instruction its type runs on (f32 and the
+  // widening bf16 kernel: FMA; the vdpbf16ps kernel: the BF16 dot peak; q8 on avx512_vnni: the int8 peak, 2 ops
+  // per MAC like an FMA's 2 FLOPs), the rest (attention, norms) at the FMA peak. Shares of the linear MACs by type
+  // come from the packed bytes per element.
+  double linear_share_f32 = 0, linear_share_bf16 = 0, linear_share_q8 = 0;
+  {
+    double f32e = 0, bf16e = 0, q8e = 0;
+    for (const auto& [type, bytes] : model->packed_bytes_by_type()) {
+      if (type == "f32") f32e = bytes / 4.0;
+      if (type == "bf16") bf16e = bytes / 2.0;
+      if (type == "q8") q8e = bytes * 32.0 / 34.0;
+    }
+    const double all = std::max(1.0, f32e + bf16e + q8e);
+    linear_share_f32 = f32e / all;
+    linear_share_bf16 = bf16e / all;
+    linear_share_q8 = q8e / all;
+  }
+  const bool bf16_dot = ops::bf16_weights_isa(model->isa()) >= Isa::avx512_bf16;
+  const bool q8_vnni = model->isa() >= Isa::avx512_vnni;
+  auto compute_roof_tps = [&](const MachineRoofs& roofs, size_t n, double flops) {
+    const double linear_flops = 2.0 * (n * c.n_layers * family_of(c).block_linear_macs(c) +
+                                       double(c.n_vocab) * c.d_model);  // the lm head runs for the last position
+    const double fma = roofs.peak_gflops * 1e9;
+    const double bf16_peak = bf16_dot && roofs.bf16_peak_gflops > 0 ? roofs.bf16_peak_gflops * 1e9 : fma;
+    const double q8_peak = q8_vnni && roofs.int8_peak_gops > 0 ? roofs.int8_peak_gops * 1e9 : fma;
+    const double seconds = (flops - linear_flops) / fma + linear_flops * (linear_share_f32 / fma +
+                           linear_share_bf16 / bf16_peak + linear_share_q8 / q8_peak);
+    return n / seconds;
+  };
 
+  const std::string compute_roof_name = linear_share_f32 > 0.999 ? "FMA peak" : "compute peak of the weight types";
   std::vector<Row> rows;
   nlohmann::json jrows = nlohmann::json::array();
   size_t total_steps = thread_list.size() * (prefill_list.size() + 1) * (a.reps + 1), step = 0;
@@ -164,9 +202,9 @@ void run(const BenchArgs& a) {
       double flops = 0;
       for (size_t p = 0; p < n; ++p) flops += flops_per_token(c, p);
       flops -= (n - 1) * lm_head_flops(c);  // logits of the last position only
-      const double roof_tps = roofs.peak_gflops * 1e9 / (flops / n);
+      const double roof_tps = compute_roof_tps(roofs, n, flops);
       row.prefill.emplace_back(n, median(tps));
-      row.prefill_share.push_back(share_of_roof(median(tps), roof_tps, "FMA peak"));
+      row.prefill_share.push_back(share_of_roof(median(tps), roof_tps, compute_roof_name));
     }
     std::vector<double> tps, tps_profiled;
     auto decode_run = [&](Profiler* prof) {
@@ -239,7 +277,9 @@ void run(const BenchArgs& a) {
                         {"isa", isa_name(model->isa())}, {"load_seconds", load_seconds}, {"peak_rss_mb", rss_mb},
                         {"packed_weights_mb", model_mb}, {"session_scratch_mb", scratch_mb}, {"kv_cache_mb", kv_mb},
                         {"decode_prompt", decode_prompt}, {"decode_tokens", decode}, {"reps", a.reps},
+                        {"bf16_kernel", linear_share_bf16 > 0 ? (bf16_dot ? "vdpbf16ps" : "widen") : "none"},
                         {"results", jrows}};
+    for (const auto& [type, bytes] : model->packed_bytes_by_type()) j["linear_bytes_by_type"][type] = bytes;
     std::printf("%s\n", j.dump(2).c_str());
     return;
   }
@@ -264,6 +304,9 @@ void run(const BenchArgs& a) {
               "session %.1f, of which KV cache %.1f)\n\n",
               model->path().c_str(), arch_name(c.arch), model->n_params() / 1e6, isa_name(model->isa()), load_seconds,
               rss_mb, model_mb, scratch_mb, kv_mb);
+  std::printf("linear weights as packed:");
+  for (const auto& [type, bytes] : model->packed_bytes_by_type()) std::printf(" %s %.1f MiB", type.c_str(), bytes / 1048576.0);
+  std::printf("%s\n\n", linear_share_bf16 > 0 ? (bf16_dot ? " (bf16 on vdpbf16ps)" : " (bf16 widened to f32 in the kernel)") : "");
   std::ostringstream head, sep;
   head << "| threads |";
   sep << "|---|";
@@ -288,7 +331,10 @@ void run(const BenchArgs& a) {
     std::printf("threads %d: decode roof = %s read %.1f GB/s (%.2f MiB per token fits in %s) -> %.1f tok/s: %s",
                 r.threads, memory_level_name(r.decode_roof.level), r.decode_roof.gbs, bytes_per_token / 1048576.0,
                 memory_level_name(r.decode_roof.level), r.decode_roof_tps, r.decode_share.text.c_str());
-    std::printf("; FMA peak %.1f GFLOP/s; roofs %s\n", r.roofs.peak_gflops, r.roofs.source.c_str());
+    std::printf("; FMA peak %.1f GFLOP/s", r.roofs.peak_gflops);
+    if (r.roofs.bf16_peak_gflops > 0) std::printf(", BF16 dot %.1f GFLOP/s", r.roofs.bf16_peak_gflops);
+    if (r.roofs.int8_peak_gops > 0) std::printf(", int8 dot %.1f GOP/s", r.roofs.int8_peak_gops);
+    std::printf("; roofs %s\n", r.roofs.source.c_str());
     for (size_t i = 0; i < r.prefill.size(); ++i)
       if (!r.prefill_share[i].ok)
         std::printf("threads %d: prefill %zu: %s\n", r.threads, r.prefill[i].first, r.prefill_share[i].text.c_str());
