@@ -163,7 +163,10 @@ TEST_CASE("thread_pool: after a helper held a claimed item far past the caller's
     pool.parallel_for(2, 64, [&](size_t, int worker) {
       if (worker != 0) {
         helper_items.fetch_add(1);
-        std::this_thread::sleep_for(std::chrono::milliseconds(30));  // "preempted" for 30 ms
+        // "Preempted" for 300 ms: far longer than the caller's 63 items even when its 20 us sleeps stretch to
+        // ms on a loaded machine (30 ms was not: the TSan stage under ctest -j2 once saw the caller work longer
+        // than the helper held its item, so no back-off, and this test failed).
+        std::this_thread::sleep_for(std::chrono::milliseconds(300));
       } else {
         std::this_thread::sleep_for(std::chrono::microseconds(20));  // the caller's 63 items: ~1.3 ms
       }
