@@ -2,26 +2,10 @@
 // Tile 4 × 24: 12 ymm accumulators + 3 B vectors + 1 broadcast = all 16 ymm registers; per k step 3 loads and 4
 // broadcasts feed 12 FMAs. Measured against 6 × 16 (same register count, 2 loads + 6 broadcasts per 12 FMAs) on the
 // project machine, 1 thread, 2026-11-30: 87-92 vs 78-87 GFLOP/s on 128×768×768 … 2048³ (AVX2 peak ~107).
+#include "ops/gemm/gemm_partial_io_avx2.h"
 #include "ops/gemm/gemm_simd.h"
 
 #include <immintrin.h>
-
-namespace sqrtdk::ops::gemm_simd {
-
-template <>
-struct PartialIo<xsimd::fma3<xsimd::avx2>> {
-  static __m256i mask(size_t count) {
-    return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(count)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-  }
-  static Vec<xsimd::fma3<xsimd::avx2>> load(const float* p, size_t count) {
-    return _mm256_maskload_ps(p, mask(count));
-  }
-  static void store(float* p, Vec<xsimd::fma3<xsimd::avx2>> v, size_t count) {
-    _mm256_maskstore_ps(p, mask(count), v);
-  }
-};
-
-}  // namespace sqrtdk::ops::gemm_simd
 
 namespace sqrtdk::ops::gemm_detail {
 

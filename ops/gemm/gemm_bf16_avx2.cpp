@@ -3,26 +3,9 @@
 // accumulators; per k step one 16-bf16 load gives two weight vectors (shift, AND: the interleaved layout) and one
 // 8-bf16 load the third (zero-extend, shift), then 4 broadcasts and 12 FMAs.
 #include "ops/gemm/gemm_bf16_simd.h"
+#include "ops/gemm/gemm_partial_io_avx2.h"
 
 #include <immintrin.h>
-
-namespace sqrtdk::ops::gemm_simd {
-
-// The same specialization as gemm_avx2.cpp's (identical definitions: one class per program).
-template <>
-struct PartialIo<xsimd::fma3<xsimd::avx2>> {
-  static __m256i mask(size_t count) {
-    return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(count)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-  }
-  static Vec<xsimd::fma3<xsimd::avx2>> load(const float* p, size_t count) {
-    return _mm256_maskload_ps(p, mask(count));
-  }
-  static void store(float* p, Vec<xsimd::fma3<xsimd::avx2>> v, size_t count) {
-    _mm256_maskstore_ps(p, mask(count), v);
-  }
-};
-
-}  // namespace sqrtdk::ops::gemm_simd
 
 namespace sqrtdk::ops::gemm_bf16_simd {
 

@@ -8,23 +8,9 @@
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
 #include "ops/gemm/gemm_bf16_simd.h"
+#include "ops/gemm/gemm_partial_io_avx512.h"
 
 #include <immintrin.h>
-
-namespace sqrtdk::ops::gemm_simd {
-
-// The same specialization as gemm_avx512.cpp's (identical definitions: one class per program).
-template <>
-struct PartialIo<xsimd::avx512bw> {
-  static Vec<xsimd::avx512bw> load(const float* p, size_t count) {
-    return _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << count) - 1), p);
-  }
-  static void store(float* p, Vec<xsimd::avx512bw> v, size_t count) {
-    _mm512_mask_storeu_ps(p, static_cast<__mmask16>((1u << count) - 1), v);
-  }
-};
-
-}  // namespace sqrtdk::ops::gemm_simd
 
 namespace sqrtdk::ops::gemm_bf16_simd {
 

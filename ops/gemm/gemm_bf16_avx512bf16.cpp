@@ -30,20 +30,14 @@ XSIMD_DECLARE_SIMD_REGISTER_ALIAS(sqrtdk::ops::gemm_bf16_simd::Avx512Bf16Arch, a
 }  // namespace xsimd::types
 
 #include "ops/gemm/gemm_bf16_simd.h"
+#include "ops/gemm/gemm_partial_io_avx512.h"
 
 #include <immintrin.h>
 
 namespace sqrtdk::ops::gemm_simd {
 
 template <>
-struct PartialIo<gemm_bf16_simd::Avx512Bf16Arch> {
-  static Vec<gemm_bf16_simd::Avx512Bf16Arch> load(const float* p, size_t count) {
-    return _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << count) - 1), p);
-  }
-  static void store(float* p, Vec<gemm_bf16_simd::Avx512Bf16Arch> v, size_t count) {
-    _mm512_mask_storeu_ps(p, static_cast<__mmask16>((1u << count) - 1), v);
-  }
-};
+struct PartialIo<gemm_bf16_simd::Avx512Bf16Arch> : PartialIoZmm<gemm_bf16_simd::Avx512Bf16Arch> {};
 
 }  // namespace sqrtdk::ops::gemm_simd
 
