@@ -51,6 +51,7 @@
 
 #include "ops/base/float16.h"
 #include "ops/gemm/gemm.h"
+#include "ops/gemm/gemm_blocking.h"
 #include "ops/gemm/gemm_kernels.h"
 #include "ops/gemm/gemm_typed_kernels.h"
 
@@ -410,6 +411,86 @@ std::vector<std::string> typed_notes(ops::WeightType type) {
 
 }  // namespace
 
+
+// ---- --sweep: the f32 block sizes around the machine's choice ----
+
+// The configurations a sweep times: the choice, then each of kc, mc, nc moved alone (kc over the usual range, mc
+// and nc halved and doubled), so the table shows whether the cache model's choice sits at the top of its
+// neighbourhood on this machine.
+std::vector<ops::gemm_detail::BlockSizes> sweep_configs(const ops::gemm_detail::BlockSizes& chosen) {
+  using ops::gemm_detail::BlockSizes;
+  std::vector<BlockSizes> out = {chosen};
+  auto add = [&](BlockSizes b) {
+    b.mc = std::max(b.mr, b.mc / b.mr * b.mr);
+    b.nc = std::max(b.nr, b.nc / b.nr * b.nr);
+    for (const BlockSizes& o : out)
+      if (o.kc == b.kc && o.mc == b.mc && o.nc == b.nc) return;
+    out.push_back(b);
+  };
+  for (size_t kc : {256, 512, 768, 1024, 1536, 2048}) add({chosen.mr, chosen.nr, kc, chosen.mc, chosen.nc});
+  for (size_t mc : {chosen.mc / 2, chosen.mc * 2, chosen.mc * 4}) add({chosen.mr, chosen.nr, chosen.kc, mc, chosen.nc});
+  for (size_t nc : {chosen.nc / 2, chosen.nc * 2}) add({chosen.mr, chosen.nr, chosen.kc, chosen.mc, nc});
+  return out;
+}
+
+std::string config_name(const ops::gemm_detail::BlockSizes& b) {
+  return "kc " + std::to_string(b.kc) + " mc " + std::to_string(b.mc) + " nc " + std::to_string(b.nc);
+}
+
+// Times every configuration on every M > 1 case (interleaved per sample), fills `out` and returns the table: per
+// case and thread count, GFLOP/s and the ratio to the choice; then per configuration the geometric mean of those
+// ratios over the cases.
+std::string run_sweep(Isa isa, const BenchArgs& args, const std::vector<Case>& all_cases, nlohmann::json& out) {
+  using ops::gemm_detail::BlockSizes;
+  const auto& entry = ops::select_kernel(ops::gemm_detail::gemm_kernels(), isa);
+  if (entry.isa == Isa::ref) throw Error("bench-gemm --sweep: the reference kernel has no block sizes to sweep");
+  const std::vector<BlockSizes> configs = sweep_configs(entry.kernels.bs);
+  std::vector<Case> cases;
+  for (const Case& c : all_cases)
+    if (c.M > 1) cases.push_back(c);
+  std::string table = "| case | thr | block sizes | GFLOP/s | x choice |\n|---|---|---|---|---|\n";
+  std::map<std::pair<int, size_t>, std::vector<double>> ratios;  // (threads, config) -> per-case ratios
+  for (int threads : args.threads) {
+    for (const Case& c : cases) {
+      const auto src = random_vector(c.M * c.K, 1), w = random_vector(c.N * c.K, 2);
+      std::vector<float> dst(c.M * c.N);
+      const PackedWeights packed = PackedWeights::pack(w.data(), c.N, c.K, c.K, isa);
+      std::vector<std::function<void()>> fns;
+      for (const BlockSizes& b : configs)
+        fns.push_back([&, b] {
+          ops::gemm_detail::gemm_with_block_sizes(b, src.data(), c.M, c.K, packed, dst.data(), c.N, threads);
+        });
+      const std::vector<double> secs = interleaved_medians(fns, args.reps);
+      for (size_t i = 0; i < configs.size(); ++i) {
+        const double ratio = secs[0] / secs[i];
+        ratios[{threads, i}].push_back(ratio);
+        char row[256];
+        std::snprintf(row, sizeof row, "| %s | %d | %s%s | %.1f | %.3f |\n", c.name().c_str(), threads,
+                      config_name(configs[i]).c_str(), i == 0 ? " (choice)" : "", gflops(c, secs[i]), ratio);
+        table += row;
+        out["results"].push_back({{"case", c.name()}, {"M", c.M}, {"N", c.N}, {"K", c.K}, {"threads", threads},
+                                  {"kc", configs[i].kc}, {"mc", configs[i].mc}, {"nc", configs[i].nc},
+                                  {"choice", i == 0}, {"gflops", gflops(c, secs[i])}, {"x_choice", ratio}});
+      }
+    }
+  }
+  table += "\nGeometric mean over the cases of (time of the choice / time of the configuration): above 1 beats the "
+           "choice\n| thr | block sizes | geomean x choice | worst | best |\n|---|---|---|---|---|\n";
+  for (const auto& [key, r] : ratios) {
+    double log_sum = 0;
+    for (double x : r) log_sum += std::log(x);
+    const double geo = std::exp(log_sum / r.size());
+    char row[256];
+    std::snprintf(row, sizeof row, "| %d | %s%s | %.3f | %.3f | %.3f |\n", key.first,
+                  config_name(configs[key.second]).c_str(), key.second == 0 ? " (choice)" : "", geo,
+                  *std::min_element(r.begin(), r.end()), *std::max_element(r.begin(), r.end()));
+    table += row;
+    out["summary"].push_back({{"threads", key.first}, {"kc", configs[key.second].kc}, {"mc", configs[key.second].mc},
+                              {"nc", configs[key.second].nc}, {"choice", key.second == 0}, {"geomean_x_choice", geo}});
+  }
+  return table;
+}
+
 int main(int argc, char** argv) try {
   // Read before anything else: they decide whether this process re-executes itself for OpenBLAS (not run for
   // bf16 or q8).
@@ -437,11 +518,13 @@ int main(int argc, char** argv) try {
       "  --openblas-coretype NAME  OpenBLAS's kernels (default: SkylakeX on AVX-512, Haswell on AVX2; auto = its "
       "own detection)\n"
       "  --onednn-isa NAME      cap oneDNN's ISA: avx512_core, avx512_core_vnni, avx512_core_bf16, "
-      "avx512_core_amx, all (default: its best)");
+      "avx512_core_amx, all (default: its best)\n"
+      "  --sweep                f32 only: time our GEMM with the machine's block sizes (kc, mc, nc) and with each "
+      "moved alone around them, on the M > 1 cases; no peers");
   Isa isa = default_isa();
   std::string only, onednn_isa;
   ops::WeightType dtype = ops::WeightType::f32;
-  bool quick = false;
+  bool quick = false, sweep = false;
   for (size_t i = 0; i < args.rest.size(); ++i) {
     const std::string& a = args.rest[i];
     if (a == "--isa" && i + 1 < args.rest.size()) {
@@ -455,6 +538,8 @@ int main(int argc, char** argv) try {
       else throw Error("--dtype '" + name + "': expected f32, bf16 or q8");
     } else if (a == "--quick") {
       quick = true;
+    } else if (a == "--sweep") {
+      sweep = true;
     } else if (a == "--onednn-isa" && i + 1 < args.rest.size()) {
       onednn_isa = args.rest[++i];
     } else if (a == "--only" && i + 1 < args.rest.size()) {
@@ -470,6 +555,29 @@ int main(int argc, char** argv) try {
   if (!onednn_isa.empty()) onednn_set_max_cpu_isa(onednn_isa);  // before oneDNN creates any primitive
   const bool typed = dtype != ops::WeightType::f32;
   const std::vector<Case> cases = make_cases(args.smoke, quick, typed, only);
+  if (sweep) {
+    if (typed) throw Error("bench-gemm --sweep: f32 only (the bf16/q8 kernels' block sizes are constants)");
+    std::string why;
+    const auto& entry = ops::select_kernel(ops::gemm_detail::gemm_kernels(), isa);
+    (void)ops::gemm_detail::machine_block_sizes(entry.kernels.bs.mr, entry.kernels.bs.nr, &why);
+    nlohmann::json out = {{"machine", machine_json({}, "wall-clock median of " + std::to_string(args.reps) +
+                                                           " interleaved samples, warm caches", args.threads)},
+                          {"isa", isa_name(isa)}, {"kernel", entry.name},
+                          {"choice_source", why}, {"reps", args.reps},
+                          {"statistic", "median of --reps interleaved samples; a sample is the mean of repeated "
+                                        "calls lasting >= 5 ms; warm caches"},
+                          {"results", nlohmann::json::array()}, {"summary", nlohmann::json::array()}};
+    const std::string table = run_sweep(isa, args, cases, out);
+    if (args.json) {
+      std::printf("%s\n", out.dump(2).c_str());
+    } else {
+      std::printf("bench-gemm --sweep: %s (%s) on %s; block sizes chosen %s; wall-clock medians of %d interleaved "
+                  "samples, warm caches\n%s",
+                  isa_name(isa), entry.name, out["machine"]["cpu"].get<std::string>().c_str(), why.c_str(),
+                  args.reps, table.c_str());
+    }
+    return 0;
+  }
   const std::map<int, MachineRoofs> roofs = measure_roofs(isa, args.threads, args.smoke);
   if (typed) {
     const bool bf16 = dtype == ops::WeightType::bf16;

@@ -11,6 +11,7 @@
 
 #include "ops/base/aligned_buffer.h"
 #include "ops/base/threading.h"
+#include "ops/gemm/gemm_blocking.h"
 #include "ops/gemm/gemm_kernels.h"
 #include "ops/gemm/gemm_typed_kernels.h"
 
@@ -19,6 +20,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <utility>
@@ -143,11 +145,12 @@ ItemGrid item_grid(size_t M, size_t N, size_t K, const BlockSizes& bs) {
   return g;
 }
 
-// The blocked/decode kernels over the call's items, on up to n_threads participants. Kern: GemmKernels or a
-// TypedGemmKernels; Call: GemmCall or TypedGemmCall (the kernel's region takes it).
+// The blocked/decode kernels over the call's items, on up to n_threads participants, with block sizes bs (the
+// kernel's, or a sweep's: the f32 kernels read them from the call). Kern: GemmKernels or a TypedGemmKernels; Call:
+// GemmCall or TypedGemmCall (the kernel's region takes it).
 template <class Kern, class Call>
-void run_blocked(const Kern& kern, const Call& call, int n_threads) {
-  const BlockSizes& bs = kern.bs;
+void run_blocked(const Kern& kern, Call call, int n_threads, const BlockSizes& bs) {
+  call.blocks = &bs;
   const int threads = call.M * call.N * call.K < kParallelMinMacs ? 1 : resolve_threads(n_threads);
   const ItemGrid grid = item_grid(call.M, call.N, call.K, bs);
   const size_t k_block = std::min(gemm_detail::k_slice(bs, call.M, call.K), call.K);
@@ -191,15 +194,31 @@ void run_blocked(const Kern& kern, const Call& call, int n_threads) {
 
 }  // namespace
 
+namespace {
+
+// The tile of an ISA's kernel with kc, mc, nc from this machine's caches (or SQRTDK_GEMM_BLOCKING), printed once
+// under SQRTDK_VERBOSE.
+BlockSizes machine_blocking(const char* kernel, BlockSizes tile) {
+  std::string why;
+  const BlockSizes bs = gemm_detail::machine_block_sizes(tile.mr, tile.nr, &why);
+  if (verbose())
+    std::fprintf(stderr, "sqrtdk: %s blocking kc %zu, mc %zu, nc %zu (%s)\n", kernel, bs.kc, bs.mc, bs.nc,
+                 why.c_str());
+  return bs;
+}
+
+}  // namespace
+
 std::span<const KernelEntry<GemmKernels>> gemm_detail::gemm_kernels() {
-  // Filled on first use (thread-safe): the block sizes are data returned by each ISA's TU, measured there.
+  // Filled on first use (thread-safe), then read-only: the tiles come from each ISA's TU, the block sizes from
+  // this machine's caches.
   static const KernelEntry<GemmKernels> table[] = {
       {Isa::avx512, "gemm_ukernel_6x64_avx512",
-       {gemm_detail::gemm_block_sizes_avx512(), gemm_detail::gemm_region_avx512, gemm_detail::pack_panels_avx512,
-        gemm_detail::gemm_direct_avx512}},
+       {machine_blocking("gemm_ukernel_6x64_avx512", gemm_detail::gemm_tile_avx512()), gemm_detail::gemm_region_avx512,
+        gemm_detail::pack_panels_avx512, gemm_detail::gemm_direct_avx512}},
       {Isa::avx2, "gemm_ukernel_4x24_avx2",
-       {gemm_detail::gemm_block_sizes_avx2(), gemm_detail::gemm_region_avx2, gemm_detail::pack_panels_avx2,
-        gemm_detail::gemm_direct_avx2}},
+       {machine_blocking("gemm_ukernel_4x24_avx2", gemm_detail::gemm_tile_avx2()), gemm_detail::gemm_region_avx2,
+        gemm_detail::pack_panels_avx2, gemm_detail::gemm_direct_avx2}},
       {Isa::ref, "gemm_ref_f64",
        {{1, 1, 1, 1, 1}, gemm_detail::gemm_region_ref, gemm_detail::pack_panels_ref, gemm_detail::gemm_direct_ref}},
   };
@@ -347,7 +366,7 @@ void gemm_typed(const gemm_detail::TypedGemmKernels<W>& kern, const PackedWeight
       kern.prepare_src(base.src, base.lda, r.begin, r.end, base.K, out, sc);
     });
   }
-  run_blocked(kern, call, n_threads);
+  run_blocked(kern, call, n_threads, kern.bs);
 }
 
 }  // namespace
@@ -389,7 +408,7 @@ void gemm(const float* src, size_t M, size_t lda, const PackedWeights& weights, 
                 epilogue.multiply, epilogue.ld_multiply, epilogue.residual, epilogue.ld_residual, 0, 0, 0, 0};
   call.row_invariant = row_order == RowOrder::invariant;
   switch (p.type) {
-    case WeightType::f32: run_blocked(kernels_for(p.isa), call, n_threads); return;
+    case WeightType::f32: run_blocked(kernels_for(p.isa), call, n_threads, kernels_for(p.isa).bs); return;
     case WeightType::bf16:
       gemm_typed(select_kernel(gemm_detail::gemm_bf16_kernels(), p.isa).kernels, p, call, n_threads);
       return;
@@ -397,6 +416,19 @@ void gemm(const float* src, size_t M, size_t lda, const PackedWeights& weights, 
       gemm_typed(select_kernel(gemm_detail::gemm_q8_kernels(), p.isa).kernels, p, call, n_threads);
       return;
   }
+}
+
+void gemm_detail::gemm_with_block_sizes(const BlockSizes& bs, const float* src, size_t M, size_t lda,
+                                        const PackedWeights& weights, float* dst, size_t ldc, int n_threads) {
+  const PackedWeights::Impl& p = weights.impl();
+  const GemmKernels& kern = kernels_for(p.isa);
+  if (p.type != WeightType::f32 || bs.mr != kern.bs.mr || bs.nr != kern.bs.nr || bs.kc == 0 || bs.mc == 0 ||
+      bs.nc == 0 || lda < p.K || ldc < p.N || src == nullptr || dst == nullptr)
+    throw Error("gemm_with_block_sizes: f32 weights, the weights' tile and nonzero kc/mc/nc expected");
+  if (M == 0) return;
+  GemmCall call{src, lda, M, p.N, p.K, p.data.data(), dst, ldc, 1.0f, nullptr, Activation::none, nullptr, 0, nullptr,
+                0, 0, 0, 0, 0};
+  run_blocked(kern, call, n_threads, bs);
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -455,7 +487,7 @@ void gemm_unpacked(Isa isa, size_t M, size_t N, size_t K, float alpha, const flo
     kern.pack(B, ldb, kn, N, K, r.begin, r.end, panels);
   });
   GemmCall call{A, lda, M, N, K, panels, C, ldc, alpha, nullptr, Activation::none, nullptr, 0, nullptr, 0, 0, 0, 0, 0};
-  run_blocked(kern, call, n_threads);
+  run_blocked(kern, call, n_threads, kern.bs);
 }
 
 }  // namespace sqrtdk::ops

@@ -14,12 +14,13 @@ using Arch = xsimd::fma3<xsimd::avx2>;
 constexpr int kMr = 4, kNv = 3, kDecodeU = 4;  // decode: 4 k-interleaved sets × 3 vectors = 12 chains
 }  // namespace
 
-// Block sizes: kc 512 (the 512×24 B micro-panel is 48 KiB: L1-sized) measured 83-90% of the AVX2 peak against
-// 79-88% for kc 256 and about the same for 768 (1 thread, same day); mc 96 and nc 768 as for avx512 (same L2).
-BlockSizes gemm_block_sizes_avx2() { return {kMr, kNv * 8, 512, 96, 768}; }
+// The tile; kc, mc and nc come from the machine's caches (gemm_blocking.h). On Zen 5 kc 512 (the 512×24 B
+// micro-panel is 48 KiB: L1-sized, what the cache model gives) measured 83-90% of the AVX2 peak against 79-88% for
+// kc 256 and about the same for 768 (1 thread, 2026-11-30).
+BlockSizes gemm_tile_avx2() { return {kMr, kNv * 8, 0, 0, 0}; }
 
 void gemm_region_avx2(const GemmCall& call, size_t m0, size_t m1, size_t n0, size_t n1) {
-  gemm_simd::gemm_region<Arch, kMr, kNv, kDecodeU>(gemm_block_sizes_avx2(), call, m0, m1, n0, n1);
+  gemm_simd::gemm_region<Arch, kMr, kNv, kDecodeU>(*call.blocks, call, m0, m1, n0, n1);
 }
 
 void pack_panels_avx2(const float* b, size_t ldb, bool b_is_kn, size_t N, size_t K, size_t n0, size_t n1,

@@ -20,17 +20,14 @@ using Arch = xsimd::avx512bw;
 constexpr int kMr = 6, kNv = 4, kDecodeU = 2;
 }  // namespace
 
-// Block sizes, measured on the project machine (Zen 5, 2 cores, 48 KiB L1d, 1 MiB L2), ours against oneDNN in the
-// same run on 128×768×768, 128×2048×2048, 512×768×3072, 512×3072×768, 512×2048×2048 (2048³ at 2 threads), quiet
-// machine, 2026-11-30, A read in place: kc 768 gave 0.94–1.05× oneDNN at 1 thread and 0.94–1.03× at 2, kc 512
-// 0.93–1.00× / 0.93–1.04×, kc 256 0.88–1.03× / 0.91–0.96× (run-to-run noise ±5%); balanced K slices (3 × 683 for
-// K = 2048) were no better. Session 1 (loaded machine, packed A): tiles 6×64, 8×48, 14×32 tried, 6×64 kept; mc 96
-// beat 48 and 192; nc 768 beat 384 and 1536. The kc × 64 B micro-panel (192 KiB) lives in L2, reused by the mc/6
-// row tiles; the C block mc × nc (288 KiB) and the A rows (mc × kc, 288 KiB) share the 1 MiB L2 with it.
-BlockSizes gemm_block_sizes_avx512() { return {kMr, kNv * 16, 768, 96, 768}; }
+// The tile; kc, mc and nc come from the machine's caches (gemm_blocking.h). On Zen 5 (2026-11-30, ours against
+// oneDNN in the same run on 128×768×768 … 2048³, quiet machine, A read in place) kc 768 gave 0.94–1.05× oneDNN at 1
+// thread and 0.94–1.03× at 2, kc 512 0.93–1.00× / 0.93–1.04×, kc 256 0.88–1.03× / 0.91–0.96×; tiles 6×64, 8×48 and
+// 14×32 were tried and 6×64 kept; mc 96 beat 48 and 192; nc 768 beat 384 and 1536: what the cache model gives there.
+BlockSizes gemm_tile_avx512() { return {kMr, kNv * 16, 0, 0, 0}; }
 
 void gemm_region_avx512(const GemmCall& call, size_t m0, size_t m1, size_t n0, size_t n1) {
-  gemm_simd::gemm_region<Arch, kMr, kNv, kDecodeU>(gemm_block_sizes_avx512(), call, m0, m1, n0, n1);
+  gemm_simd::gemm_region<Arch, kMr, kNv, kDecodeU>(*call.blocks, call, m0, m1, n0, n1);
 }
 
 void pack_panels_avx512(const float* b, size_t ldb, bool b_is_kn, size_t N, size_t K, size_t n0, size_t n1,

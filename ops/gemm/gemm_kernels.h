@@ -11,11 +11,12 @@
 
 namespace sqrtdk::ops::gemm_detail {
 
-// Block sizes of one ISA's kernel: data, each with where it was measured (see the per-ISA .cpp).
+// Block sizes of one ISA's kernel. f32: the tile is the kernel's, kc/mc/nc come from the machine's caches
+// (gemm_blocking.h); bf16/q8: constants, each with where it was measured (see the per-ISA .cpp).
 struct BlockSizes {
   size_t mr;  // microkernel rows
   size_t nr;  // microkernel columns = packed panel width
-  size_t kc;  // K slice: the kc×nr B micro-panel, reused by every row tile (avx512 192 KiB: L2; avx2 48 KiB: L1)
+  size_t kc;  // K slice: the kc×nr B micro-panel, reused by every row tile (avx512: in L2; avx2: in L1)
   size_t mc;  // rows of A per block (a multiple of mr): an mc×kc slice of A sits in L2
   size_t nc;  // columns per block (a multiple of nr): the mc×nc partial sums stay in L2 across K slices
 };
@@ -39,6 +40,9 @@ struct GemmCall {
   // [(m - origin_m)·ld + (n - origin_n)]. Zero otherwise.
   size_t multiply_m0, multiply_n0, residual_m0, residual_n0;
   bool row_invariant = false;  // RowOrder::invariant: M = 1 takes the blocked kernel too (gemm.h)
+  // The f32 kernels' block sizes for this call (run_blocked sets it: the table's, or a sweep's). The bf16/q8
+  // kernels use their own constants.
+  const BlockSizes* blocks = nullptr;
 };
 
 // The K slice the blocked path uses for this M: the whole K when one row block covers M (small M streams
@@ -66,13 +70,18 @@ struct GemmKernels {
 // Best ISA first, the reference last (kernel_table.h).
 std::span<const KernelEntry<GemmKernels>> gemm_kernels();
 
-BlockSizes gemm_block_sizes_avx512();
+// gemm() with f32 weights and these block sizes instead of the table's (same tile: bs.mr/nr must be the weights'
+// ISA's): for bench-gemm --sweep and the blocking tests. No epilogue.
+void gemm_with_block_sizes(const BlockSizes& bs, const float* src, size_t M, size_t lda, const PackedWeights& weights,
+                           float* dst, size_t ldc, int n_threads);
+
+BlockSizes gemm_tile_avx512();  // mr, nr (kc, mc, nc: gemm_blocking.h)
 void gemm_region_avx512(const GemmCall& call, size_t m0, size_t m1, size_t n0, size_t n1);
 void pack_panels_avx512(const float* b, size_t ldb, bool b_is_kn, size_t N, size_t K, size_t n0, size_t n1,
                         float* panels);
 void gemm_direct_avx512(size_t M, size_t N, size_t K, float alpha, const float* A, size_t lda, const float* B,
                         size_t ldb, bool b_is_kn, float* C, size_t ldc, size_t n0, size_t n1);
-BlockSizes gemm_block_sizes_avx2();
+BlockSizes gemm_tile_avx2();
 void gemm_region_avx2(const GemmCall& call, size_t m0, size_t m1, size_t n0, size_t n1);
 void pack_panels_avx2(const float* b, size_t ldb, bool b_is_kn, size_t N, size_t K, size_t n0, size_t n1,
                       float* panels);

@@ -104,6 +104,7 @@ __attribute__((noinline)) void store_tile(const float* tile, size_t rows, float*
 // (m_global, n_global): the tile's origin in dst, for the epilogue operands.
 // Rows of the panel the decode and streaming kernels prefetch ahead of its loads (reading past the panel's end only prefetches).
 inline constexpr size_t kDecodePrefetchRows = 8;
+inline constexpr size_t kFloatsPerLine = 64 / sizeof(float);
 
 // Calls of at most this many rows use the streaming (prefetching) microkernels. Measured on the Xeon (Emerald
 // Rapids class, 2026-12-01), 134M-shape Llama, six interleaved runs: prefill at T = 32 and 64 faster with it in 11
@@ -114,9 +115,13 @@ inline constexpr size_t kStreamMaxRows = 64;
 // Stream: software-prefetch the B micro-panel ahead of its loads. For small M (decode batches), where each panel
 // comes from DRAM once and the few rows' FMAs are too few to hide the misses (the hardware prefetcher restarts at
 // every 4 KiB page of a panel); large M re-reads panels from cache and skips it. The arithmetic is the same.
+// next/next_lines: cache lines of the NEXT micro-panel to prefetch into L2, one per k step (the driver spreads a
+// panel's lines over the row tiles that reuse the current one, so the next panel streams in from L3/DRAM while this
+// one is computed instead of stalling its first tile; nullptr/0: none).
 template <class Arch, int MR, int NV, bool Stream = false>
 void gemm_ukernel(size_t kc, const float* __restrict a, size_t lda, const float* __restrict b, float* c,
-                  size_t ldc, size_t n, bool accumulate, const GemmCall* last, size_t m_global, size_t n_global) {
+                  size_t ldc, size_t n, bool accumulate, const GemmCall* last, size_t m_global, size_t n_global,
+                  const float* next, size_t next_lines) {
   using V = Vec<Arch>;
   constexpr size_t L = V::size, NR = NV * L;
   assert(n >= 1 && n <= NR);
@@ -148,6 +153,7 @@ void gemm_ukernel(size_t kc, const float* __restrict a, size_t lda, const float*
   for (int r = 0; r < MR; ++r) a_row[r] = a + r * lda;
 #pragma GCC unroll 4
   for (size_t k = 0; k < kc; ++k) {
+    if (k < next_lines) __builtin_prefetch(next + k * kFloatsPerLine, 0, 2);  // prefetcht1: into L2
     if constexpr (Stream) {
 #pragma GCC unroll 8
       for (int j = 0; j < NV; ++j) __builtin_prefetch(b + (k + kDecodePrefetchRows) * NR + j * L);
@@ -183,7 +189,7 @@ void gemm_ukernel(size_t kc, const float* __restrict a, size_t lda, const float*
 template <class Arch, int MR, int NV, bool Stream = false>
 struct UkernelTable {
   using Fn = void (*)(size_t, const float*, size_t, const float*, float*, size_t, size_t, bool, const GemmCall*,
-                      size_t, size_t);
+                      size_t, size_t, const float*, size_t);
   template <size_t... I>
   static constexpr std::array<Fn, MR> make(std::index_sequence<I...>) {
     return {&gemm_ukernel<Arch, static_cast<int>(I) + 1, NV, Stream>...};
@@ -263,10 +269,28 @@ void gemm_region(const BlockSizes& bs, const GemmCall& call, size_t m0, size_t m
         for (size_t jr = jc; jr < jc_end; jr += NR) {
           const float* b = call.panels + jr * K + pc * NR;
           const size_t n = std::min(NR, jc_end - jr);
-          for (size_t ir = 0; ir < mc; ir += MR) {
+          // The micro-panel after this one, in loop order: the next column panel, else the next K slice of the
+          // column block, else the next column block's first slice. Its lines are shared out over this panel's
+          // row tiles.
+          const float* next = nullptr;
+          size_t next_k = 0;
+          if (jr + NR < jc_end) {
+            next = call.panels + (jr + NR) * K + pc * NR, next_k = kc;
+          } else if (pc + kc < K) {
+            next = call.panels + jc * K + (pc + kc) * NR, next_k = std::min(k_block, K - pc - kc);
+          } else if (jc_end < n1) {
+            next = call.panels + jc_end * K, next_k = std::min(k_block, K);
+          }
+          const size_t tiles = (mc + MR - 1) / MR;
+          const size_t lines = (next_k * NR + kFloatsPerLine - 1) / kFloatsPerLine;
+          const size_t lines_per_tile = (lines + tiles - 1) / tiles;
+          for (size_t ir = 0, t = 0; ir < mc; ir += MR, ++t) {
             const size_t m = std::min<size_t>(MR, mc - ir);
+            const size_t first = std::min(lines, t * lines_per_tile);
+            const size_t count = std::min({lines_per_tile, lines - first, kc});
             kernels[m - 1](kc, call.src + (ic + ir) * call.lda + pc, call.lda, b, call.dst + (ic + ir) * call.ldc + jr,
-                           call.ldc, n, pc > 0, last, ic + ir, jr);
+                           call.ldc, n, pc > 0, last, ic + ir, jr, next ? next + first * kFloatsPerLine : nullptr,
+                           count);
           }
         }
       }

@@ -26,6 +26,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <span>
@@ -167,9 +168,11 @@ void check_large_shape_paths(Isa isa, const ModelConfig& c, const std::vector<At
   CHECK(second_chunk_prefills > 0);  // the 640-token prompt is prefilled as 512 + 128 (max_batch 512)
   CHECK(multi_chunk_decodes > 0);
   CHECK(split_decodes > 0);
-  // K slicing: the blocked GEMM splits K into kc slices when M > mr (ops/gemm/gemm_kernels.h, k_slice).
+  // K slicing: the blocked GEMM splits K into kc slices when M > mr (ops/gemm/gemm_kernels.h, k_slice). kc comes
+  // from the machine's caches (768 on Zen 5, 1600 on a 2 MiB L2); tests/CMakeLists.txt runs this test again with
+  // SQRTDK_GEMM_BLOCKING=kc=256,..., where the slicing must happen.
   const ops::GemmBlocking bs = ops::gemm_blocking(isa);
-  CHECK(c.d_ff > bs.kc);
+  if (std::getenv("SQRTDK_GEMM_BLOCKING") != nullptr) CHECK(c.d_ff > bs.kc);
   CHECK(std::any_of(ffn_down_rows.begin(), ffn_down_rows.end(), [&](size_t m) { return m > bs.mr; }));
   MESSAGE(std::string(isa_name(isa)) << ": prefill calls on fused multi-tile 2-thread shapes " << multi_tile_prefills
                                      << ", decode calls with >= 2 chunks " << multi_chunk_decodes << " ("
