@@ -9,6 +9,7 @@
 #include "ops/gemm/gemm_kernels.h"
 #include "perf/common/onednn_peer.h"
 #include "tests/common/close.h"
+#include "tests/common/random.h"
 
 #include <sqrtdk/error.h>
 #include <sqrtdk/isa.h>
@@ -29,18 +30,11 @@
 
 using namespace sqrtdk;
 using namespace sqrtdk::ops;
+using sqrtdk::test::random_vector;
 
 namespace {
 
 constexpr float kSentinel = -12345.0f;
-
-std::vector<float> random_vector(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  std::vector<float> v(n);
-  for (auto& x : v) x = dist(rng);
-  return v;
-}
 
 struct Case {
   size_t M, N, K;

@@ -7,6 +7,7 @@
 #include "ops/gemm/gemm.h"
 #include "ops/base/float16.h"
 #include "ops/gemm/gemm_typed_kernels.h"
+#include "tests/common/random.h"
 
 #include <sqrtdk/error.h>
 #include <sqrtdk/isa.h>
@@ -26,18 +27,11 @@
 
 using namespace sqrtdk;
 using namespace sqrtdk::ops;
+using sqrtdk::test::random_vector;
 
 namespace {
 
 constexpr float kSentinel = -12345.0f;
-
-std::vector<float> random_vector(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  std::vector<float> v(n);
-  for (auto& x : v) x = dist(rng);
-  return v;
-}
 
 // Weights as a model file stores them: f32 values rounded to bf16.
 std::vector<uint16_t> random_bf16(size_t n, uint32_t seed) {

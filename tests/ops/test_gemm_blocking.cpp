@@ -5,6 +5,7 @@
 #include "ops/gemm/gemm.h"
 #include "ops/gemm/gemm_blocking.h"
 #include "ops/gemm/gemm_kernels.h"
+#include "tests/common/random.h"
 
 #include <sqrtdk/error.h>
 #include <sqrtdk/isa.h>
@@ -21,19 +22,12 @@
 
 using namespace sqrtdk;
 using namespace sqrtdk::ops;
+using sqrtdk::test::random_vector;
 using gemm_detail::BlockSizes;
 
 namespace {
 
 constexpr size_t KiB = 1024, MiB = 1024 * 1024;
-
-std::vector<float> random_vector(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  std::vector<float> v(n);
-  for (auto& x : v) x = dist(rng);
-  return v;
-}
 
 }  // namespace
 

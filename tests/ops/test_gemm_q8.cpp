@@ -7,6 +7,7 @@
 #include "ops/base/float16.h"
 #include "ops/gemm/gemm.h"
 #include "ops/gemm/gemm_typed_kernels.h"
+#include "tests/common/random.h"
 
 #include <sqrtdk/error.h>
 
@@ -23,18 +24,11 @@
 
 using namespace sqrtdk;
 using namespace sqrtdk::ops;
+using sqrtdk::test::random_vector;
 
 namespace {
 
 constexpr float kSentinel = -12345.0f;
-
-std::vector<float> random_vector(size_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(lo, hi);
-  std::vector<float> v(n);
-  for (auto& x : v) x = dist(rng);
-  return v;
-}
 
 // N rows of K/32 blocks (row stride ld_blocks), quantized from random floats; each row's blocks at a different
 // magnitude so the block scales differ.
