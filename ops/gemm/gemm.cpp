@@ -408,7 +408,11 @@ void gemm(const float* src, size_t M, size_t lda, const PackedWeights& weights, 
                 epilogue.multiply, epilogue.ld_multiply, epilogue.residual, epilogue.ld_residual, 0, 0, 0, 0};
   call.row_invariant = row_order == RowOrder::invariant;
   switch (p.type) {
-    case WeightType::f32: run_blocked(kernels_for(p.isa), call, n_threads, kernels_for(p.isa).bs); return;
+    case WeightType::f32: {
+      const GemmKernels& kern = kernels_for(p.isa);
+      run_blocked(kern, call, n_threads, kern.bs);
+      return;
+    }
     case WeightType::bf16:
       gemm_typed(select_kernel(gemm_detail::gemm_bf16_kernels(), p.isa).kernels, p, call, n_threads);
       return;

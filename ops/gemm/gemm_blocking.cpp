@@ -2,10 +2,8 @@
 #include "ops/gemm/gemm_blocking.h"
 
 #include <sqrtdk/error.h>
-#include <sqrtdk/isa.h>
 
 #include <algorithm>
-#include <cstdio>
 #include <cstdlib>
 #include <sstream>
 
@@ -61,7 +59,7 @@ BlockSizes apply_blocking_override(BlockSizes bs, const std::string& text) {
 }
 
 BlockSizes machine_block_sizes(size_t mr, size_t nr, std::string* why) {
-  const roofs::CacheSizes caches = roofs::detect_cache_sizes();
+  static const roofs::CacheSizes caches = roofs::detect_cache_sizes();  // read sysfs once, whatever the ISAs asking
   BlockSizes bs = derive_block_sizes(mr, nr, caches);
   std::string source = "from the caches (L1d " + std::to_string(caches.l1d >> 10) + " KiB, L2 " +
                        std::to_string(caches.l2 >> 10) + " KiB" + (caches.l2 ? "" : ": not reported, 1 MiB assumed") +
