@@ -3,10 +3,16 @@
 // run. Prefill: GFLOP/s counting 4·n·m·d per head (halved for causal), % of the FMA peak measured in this run,
 // peak scratch memory. Decode (one query against a cache of m keys): GB/s of K and V read with the caches cold
 // (96 MiB written before each call, so K/V come from DRAM as in a real forward pass) and, for reference, warm;
-// % of the DRAM read bandwidth measured in this run.
+// % of the DRAM read bandwidth measured in this run. "auto": the path the engine's automatic choice takes for the
+// shape, from this machine's measured table for the head configuration (attention_paths.h; measured now and cached
+// when absent, as `sqrtdk calibrate` does), and how much slower it is than the faster of the two here (+0%: it is
+// the faster); the last lines give the worst such loss.
 //   --max-seq N   skip prefill sequences / decode caches longer than N
+//   --builtin     judge the built-in rule instead of this machine's table
 #include "ops/attention/attention.h"
 #include "ops/attention/attention_kernels.h"
+#include "ops/attention/attention_paths.h"
+#include "engine/src/runtime/attention_paths_cache.h"
 #include "perf/common/bench_util.h"
 
 #include "ops/base/aligned_buffer.h"
@@ -135,13 +141,15 @@ int main(int argc, char** argv) {
   BenchArgs args = BenchArgs::parse(
       argc, argv,
       "bench-attention: attention prefill GFLOP/s and decode GB/s, fused vs unfused vs oneDNN (matmul + softmax)\n"
-      "  --max-seq N  skip sequences / caches longer than N\n  --prefill-only, --decode-only");
+      "  --max-seq N  skip sequences / caches longer than N\n  --prefill-only, --decode-only\n"
+      "  --builtin    judge the built-in path rule instead of this machine's measured table");
   size_t max_seq = std::numeric_limits<size_t>::max();
-  bool run_prefill = true, run_decode = true;
+  bool run_prefill = true, run_decode = true, builtin = false;
   for (size_t i = 0; i < args.rest.size(); ++i) {
     if (args.rest[i] == "--max-seq" && i + 1 < args.rest.size()) max_seq = std::stoul(args.rest[i + 1]);
     if (args.rest[i] == "--decode-only") run_prefill = false;
     if (args.rest[i] == "--prefill-only") run_decode = false;
+    if (args.rest[i] == "--builtin") builtin = true;
   }
   const Isa isa = default_isa();
   const char* kernel = ops::select_kernel(ops::attention_kernels(), isa).name;  // the fused path's table entry
@@ -161,9 +169,42 @@ int main(int argc, char** argv) {
   if (args.smoke) seqs = {64}, caches = {300};
 
   Table prefill({"threads", "heads", "seq", "causal", "fused GF/s", "% peak", "unfused GF/s", "oneDNN GF/s",
-                 "fused/unfused", "fused/oneDNN", "fused MiB", "unfused MiB", "oneDNN MiB"});
+                 "fused/unfused", "fused/oneDNN", "auto", "fused MiB", "unfused MiB", "oneDNN MiB"});
   Table decode({"threads", "heads", "cache", "K+V MiB", "fused GB/s", "% DRAM", "unfused GB/s", "fused/unfused",
-                "warm fused GB/s", "warm fused/unfused", "fused us"});
+                "auto", "warm fused GB/s", "warm fused/unfused", "fused us"});
+  // The path table of each head configuration (the engine's: cached, or measured once now), and the worst loss of
+  // the automatic choice against the faster path over every row.
+  std::map<std::string, ops::AttentionPathTable> tables;
+  std::map<std::string, std::string> table_sources;
+  auto table_for = [&](const HeadConfig& hc) -> const ops::AttentionPathTable* {
+    if (builtin) return nullptr;
+    if (!tables.count(hc.name)) {
+      if (args.smoke) {  // the mechanism on a tiny ladder, not cached
+        ops::AttentionCalibration cal;
+        cal.max_keys = 128, cal.reps = 1, cal.evict_bytes = 1 << 20;
+        tables[hc.name] = ops::calibrate_attention_paths(isa, hc.n_heads, hc.n_kv_heads, hc.head_dim, cal);
+        table_sources[hc.name] = "measured now (smoke: 64-128 keys, 1 rep)";
+      } else {
+        ResolvedAttentionPaths r =
+            resolve_attention_paths(isa, hc.n_heads, hc.n_kv_heads, hc.head_dim, 8192, AttentionPaths::calibrate);
+        tables[hc.name] = r.table;
+        table_sources[hc.name] = r.source;
+      }
+    }
+    return &tables[hc.name];
+  };
+  double worst_loss = 0;
+  std::string worst_where = "none";
+  size_t rows_within_3pct = 0, n_rows = 0;
+  auto auto_cell = [&](AttentionPath path, double s_fused, double s_unfused, const std::string& where) {
+    const double chosen = path == AttentionPath::fused ? s_fused : s_unfused;
+    const double loss = chosen / std::min(s_fused, s_unfused) - 1.0;
+    ++n_rows;
+    rows_within_3pct += loss <= 0.03 ? 1 : 0;
+    if (loss > worst_loss) worst_loss = loss, worst_where = where;
+    return std::pair<std::string, double>(
+        std::string(ops::attention_path_name(path)) + " (+" + fmt(100 * loss, 0) + "%)", loss);
+  };
   for (int t : args.threads) {
     const double peak = roofs.at(t).peak_gflops, bw = roofs.at(t).dram_gbs;
     const int saved_threads = omp_get_max_threads();
@@ -184,16 +225,22 @@ int main(int argc, char** argv) {
           const double s_dnnl = median_seconds([&] { dnnl_attn.run(); }, args.reps);
           omp_set_num_threads(saved_threads);
           const double gf = flops / s_fused / 1e9, gu = flops / s_unfused / 1e9, gd = flops / s_dnnl / 1e9;
+          const AttentionPath chosen = ops::choose_attention_path(pr.p, table_for(hc));
+          const auto [auto_text, auto_loss] =
+              auto_cell(chosen, s_fused, s_unfused,
+                        std::to_string(t) + " thread(s), " + hc.name + ", " + std::to_string(n) + " keys, " +
+                            (causal ? "causal" : "non-causal") + " prefill");
           const std::vector<std::string> cells = {
               std::to_string(t), hc.name,           std::to_string(n),       causal ? "yes" : "no",
               fmt(gf),           pct_cell(share_of_roof(gf, peak, "FMA peak")), fmt(gu), fmt(gd),
-              fmt(gf / gu, 2),   fmt(gf / gd, 2),   mib(ws_fused.bytes()), mib(ws_unfused.bytes()),
+              fmt(gf / gu, 2),   fmt(gf / gd, 2),   auto_text, mib(ws_fused.bytes()), mib(ws_unfused.bytes()),
               mib(dnnl_attn.bytes())};
           prefill.add(cells);
           progress(cells);
           out["prefill"].push_back({{"threads", t}, {"heads", hc.name}, {"seq", n}, {"causal", causal},
                                     {"fused_gflops", gf}, {"pct_peak", pct_json(share_of_roof(gf, peak, "FMA peak"))}, {"unfused_gflops", gu},
                                     {"onednn_gflops", gd}, {"ratio_unfused", gf / gu}, {"ratio_onednn", gf / gd},
+                                    {"auto_path", ops::attention_path_name(chosen)}, {"auto_loss", auto_loss},
                                     {"fused_scratch_bytes", ws_fused.bytes()},
                                     {"unfused_scratch_bytes", ws_unfused.bytes()},
                                     {"onednn_scratch_bytes", dnnl_attn.bytes()}});
@@ -215,15 +262,20 @@ int main(int argc, char** argv) {
         const double w_fused = median_seconds(fused, args.reps), w_unfused = median_seconds(unfused, args.reps);
         const double gb = bytes / s_fused / 1e9, gbu = bytes / s_unfused / 1e9;
         const double wgb = bytes / w_fused / 1e9, wgbu = bytes / w_unfused / 1e9;
+        const AttentionPath chosen = ops::choose_attention_path(pr.p, table_for(hc));
+        const auto [auto_text, auto_loss] = auto_cell(
+            chosen, s_fused, s_unfused,
+            std::to_string(t) + " thread(s), " + hc.name + ", decode over " + std::to_string(m) + " keys");
         const std::vector<std::string> cells = {std::to_string(t), hc.name,         std::to_string(m),
                                                 mib(size_t(bytes)), fmt(gb),
                                                 pct_cell(share_of_roof(gb, bw, "DRAM read")),
-                                                fmt(gbu),          fmt(gb / gbu, 2), fmt(wgb),
+                                                fmt(gbu),          fmt(gb / gbu, 2), auto_text, fmt(wgb),
                                                 fmt(wgb / wgbu, 2), fmt(s_fused * 1e6)};
         decode.add(cells);
         progress(cells);
         out["decode"].push_back({{"threads", t}, {"heads", hc.name}, {"cache", m}, {"fused_gbs", gb},
                                  {"pct_dram", pct_json(share_of_roof(gb, bw, "DRAM read"))}, {"unfused_gbs", gbu}, {"ratio_unfused", gb / gbu},
+                                 {"auto_path", ops::attention_path_name(chosen)}, {"auto_loss", auto_loss},
                                  {"warm_fused_gbs", wgb}, {"warm_unfused_gbs", wgbu}, {"warm_ratio_unfused", wgb / wgbu},
                                  {"fused_seconds", s_fused}, {"kv_bytes", bytes}});
       }
@@ -232,11 +284,21 @@ int main(int argc, char** argv) {
       std::printf("threads %d: FMA peak %.1f GFLOP/s (%s), DRAM read %.1f GB/s; fused kernels %s\n", t, peak,
                   isa_name(isa), bw, kernel);
   }
+  out["auto"] = {{"rule", builtin ? "built-in" : "this machine's table"}, {"worst_loss", worst_loss},
+                 {"worst_at", worst_where}, {"rows", n_rows}, {"rows_within_3pct", rows_within_3pct},
+                 {"tables", nlohmann::json::object()}};
+  for (const auto& [name, source] : table_sources)
+    out["auto"]["tables"][name] = {{"source", source}, {"table", ops::describe_attention_paths(tables[name])}};
   if (args.json) {
     std::printf("%s\n", out.dump(2).c_str());
   } else {
     std::printf("\nprefill (n = m = seq; GF/s counts 4·n·m·d per head, halved if causal)\n%s", prefill.str().c_str());
     std::printf("\ndecode (1 query; GB/s of K+V read; caches cold unless marked warm)\n%s", decode.str().c_str());
+    std::printf("\nauto (%s): %zu of %zu rows within 3%% of the faster path; worst +%.1f%% (%s)\n",
+                builtin ? "the built-in rule" : "this machine's measured table", rows_within_3pct, n_rows,
+                100 * worst_loss, worst_where.c_str());
+    for (const auto& [name, source] : table_sources)
+      std::printf("table %s: %s\n%s", name.c_str(), source.c_str(), ops::describe_attention_paths(tables[name]).c_str());
     std::printf("(the machine is a shared 2-core VM: expect 5-20%% noise)\n");
   }
   return 0;

@@ -59,6 +59,7 @@ void sequence_attention(ForwardState& s, int layer, const SequenceRows& rows) {
   p.cache_stride = rows.cache_stride;
   p.out = s.att.data() + rows.row0 * c.n_heads * hd;
   p.ldo = c.n_heads * hd;
+  p.paths = &s.m->attention_paths;
   const bool capture = layer == s.capture_layer;
   if (capture) {
     if (s.capture_scale > 0) p.scale = s.capture_scale;
@@ -70,7 +71,7 @@ void sequence_attention(ForwardState& s, int layer, const SequenceRows& rows) {
   const double bytes = (2.0 * n_keys * c.n_kv_heads * hd + 2.0 * n * c.n_heads * hd) * sizeof(float);
   if (verbose()) {
     ops::AttentionPath path = ops::default_attention_path();
-    if (path == ops::AttentionPath::automatic) path = ops::choose_attention_path(p);
+    if (path == ops::AttentionPath::automatic) path = ops::choose_attention_path(p, p.paths);
     const unsigned bit = 1u << static_cast<unsigned>(path) << (n == 1 ? 4 : 0);
     if (!(s.verbose_paths_printed & bit)) {
       s.verbose_paths_printed |= bit;

@@ -6,6 +6,7 @@
 #include <sqrtdk/isa.h>
 
 #include "ops/base/aligned_buffer.h"
+#include "ops/attention/attention_paths.h"
 #include "ops/gemm/gemm.h"
 
 #include <array>
@@ -44,6 +45,7 @@ struct ModelWeights {
   std::vector<LayerWeights> layers;        // [n_layers]
   AlignedBuffer<float> out_norm_weight, out_norm_bias;  // [d_model]
   Linear lm_head;                          // [n_vocab, d_model] (tok_emb when tied)
+  ops::AttentionPathTable attention_paths; // measured fused/unfused crossovers for these heads (empty: built-in rule)
 
   size_t qkv_width() const { return (config.n_heads + 2 * config.n_kv_heads) * config.head_dim; }
   size_t packed_bytes() const;  // memory held: packed linears, norms, converted tables (not the file mapping)

@@ -1,7 +1,8 @@
 // Attention: argument checks, path choice, work partition and threading; the kernels are in attention_simd.h
 // (fused), attention_unfused.cpp (GEMM + softmax) and attention_ref.cpp (the spec).
 //
-// Path choice (automatic, choose_attention_path): from bench-attention on the quiet 2-core Zen 5 VM, 2026-11-30,
+// Path choice (automatic): a table measured on the machine that runs (attention_paths.h); where none covers a shape,
+// the built-in rule, builtin_attention_path, from bench-attention on the quiet 2-core Zen 5 VM, 2026-11-30,
 // fused/unfused ratios at 1 and 2 threads (README has the tables):
 //   - causal prefill (what a decoder runs): fused 1.13–1.92× at 512+ keys for every head shape (it skips masked
 //     tiles; the unfused path computes the whole n × m product); at 128 keys 1.03–1.30× except MHA with head_dim 128
@@ -18,6 +19,7 @@
 #include "ops/base/threading.h"
 #include "ops/attention/attention_internal.h"
 #include "ops/attention/attention_kernels.h"
+#include "ops/attention/attention_paths.h"
 
 #include <sqrtdk/error.h>
 
@@ -198,22 +200,10 @@ AttentionPath default_attention_path() {
   return path;
 }
 
-AttentionPath choose_attention_path(const AttentionParams& p) {
-  constexpr size_t kUnfusedScoreCap = size_t{4} << 20;  // floats of one head's scores: 16 MiB per thread
-  constexpr size_t kMhaDecodeUnfusedKeys = 1024;
-  if (p.observe != nullptr) return AttentionPath::unfused;
-  const bool mha = p.n_heads == p.n_kv_heads;
-  const size_t n = p.n_queries, m = p.n_keys();
-  if (n == 1) return mha && m > kMhaDecodeUnfusedKeys ? AttentionPath::unfused : AttentionPath::fused;
-  if (!p.causal) return n * m <= kUnfusedScoreCap ? AttentionPath::unfused : AttentionPath::fused;
-  if (mha && p.head_dim >= 128 && m <= 256) return AttentionPath::unfused;
-  return AttentionPath::fused;
-}
-
 void attention(Isa isa, const AttentionParams& p, AttentionWorkspace& ws, int n_threads, AttentionPath path) {
   validate(isa, p);
   if (p.n_queries == 0) return;
-  if (path == AttentionPath::automatic || p.observe != nullptr) path = choose_attention_path(p);
+  if (path == AttentionPath::automatic || p.observe != nullptr) path = choose_attention_path(p, p.paths);
   const size_t work = p.n_heads * p.n_queries * p.n_keys() * p.head_dim;
   const int threads = work < kAttentionOneThreadBelowMacs ? 1 : resolve_threads(n_threads);
   if (path == AttentionPath::unfused) {

@@ -6,9 +6,11 @@
 //   Head h reads kv head h / (n_heads / n_kv_heads) (GQA; MQA when n_kv_heads = 1).
 //   causal: query i (position pos0 + i) sees keys 0 .. pos0 + i; non-causal: all pos0 + n_queries keys.
 //
-// Two paths, both kept (how `automatic` chooses, with the measurements: the header comment of attention.cpp):
+// Two paths, both kept (how `automatic` chooses: attention_paths.h, a table measured where the engine runs, else the
+// built-in rule whose measurements head attention.cpp):
 //   unfused  scores = Q·Kᵀ (gemm_unpacked), softmax_rows with the causal mask, out = P·V (gemm_unpacked);
-//            materializes n_queries × n_keys scores per head (per thread).
+//            materializes up to 16 MiB of one head's scores per thread, queries in blocks beyond that (a causal
+//            block computes only the keys its rows see).
 //   fused    flash-style: key tiles folded into an online softmax; Q·Kᵀ and P·V both as register-blocked tiles,
 //            each K/V tile read once for all query heads of a GQA group, fully masked causal tiles skipped;
 //            scratch O(threads × tile). Decode (n_queries = 1) splits the cache into fixed chunks of keys whose
@@ -37,6 +39,8 @@ struct AttentionProbs {
   size_t n_heads = 0, n_queries = 0, n_keys = 0;
 };
 
+struct AttentionPathTable;  // attention_paths.h: which path is faster, measured on this machine
+
 struct AttentionParams {
   size_t n_heads = 0, n_kv_heads = 0, head_dim = 0;  // n_kv_heads divides n_heads (GQA; MQA when 1)
   size_t n_queries = 0;                              // new tokens this call
@@ -51,6 +55,7 @@ struct AttentionParams {
   float* out = nullptr;
   size_t ldo = 0;                   // [n_queries, ldo >= n_heads*head_dim]
   AttentionProbs* observe = nullptr;  // if set: probabilities copied out (forces the unfused path for this call)
+  const AttentionPathTable* paths = nullptr;  // `automatic` follows it where it covers the shape (attention_paths.h)
 
   size_t n_keys() const { return pos0 + n_queries; }
 };
@@ -61,8 +66,7 @@ const char* attention_path_name(AttentionPath path);
 // SQRTDK_ATTENTION=fused|unfused (sqrtdk::Error if another value), else automatic. Read once.
 AttentionPath default_attention_path();
 
-// The path `automatic` takes for this shape (see attention.cpp for the measured crossover).
-AttentionPath choose_attention_path(const AttentionParams& p);
+// The path `automatic` takes for a shape: choose_attention_path(p, p.paths) in attention_paths.h.
 
 // Scratch owned by a Session: grows on demand to the largest call seen, then reused (no per-call allocation).
 class AttentionWorkspace {

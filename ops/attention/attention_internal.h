@@ -29,6 +29,12 @@ struct AttentionWorkspace::Impl {
   std::unique_ptr<UnfusedScratch> unfused_;
 };
 
+// The unfused path's score buffer per thread, in floats (16 MiB): queries beyond it go in blocks (a block's GEMMs
+// re-pack K and V, under 1% of its work at the 1 024+ rows a block holds up to 4 096 keys). The block size depends
+// on the shape only, never on the thread count.
+inline constexpr size_t kUnfusedMaxScoreFloats = size_t{4} << 20;
+size_t unfused_rows_per_block(size_t n_queries, size_t n_keys);
+
 void attention_unfused(Isa isa, const AttentionParams& p, AttentionWorkspace::Impl& ws, int threads);
 
 }  // namespace sqrtdk::ops

@@ -150,7 +150,7 @@ void check_large_shape_paths(Isa isa, const ModelConfig& c, const std::vector<At
     p.n_queries = call.n_queries;
     p.pos0 = call.n_keys - call.n_queries;
     const bool threaded = c.n_heads * call.n_queries * call.n_keys * c.head_dim >= kOneThreadBelow;
-    CHECK(ops::choose_attention_path(p) == ops::AttentionPath::fused);  // GQA: fused for every shape here
+    CHECK(ops::choose_attention_path(p, nullptr) == ops::AttentionPath::fused);  // GQA: fused for every shape here
     if (call.n_queries == 1) {
       const ops::DecodePlan plan = ops::make_decode_plan(p, width);
       // 2 kv heads: chunks of kDecodeChunkShort (256) keys, so 257+ keys are 2 chunks and 513+ are 3.
@@ -229,6 +229,7 @@ TEST_CASE("golden realistic: prefill and stepwise decode match PyTorch float64 o
     covered += isa_str + " ";
     ModelOptions mo;
     mo.isa = static_cast<int>(isa);
+    mo.attention_paths = AttentionPaths::builtin;  // the path checks below follow the built-in rule, not a cache
     const auto model = Model::load(path, mo);
     // The scalar reference (double sums, plain loops) has no tiles, chunks or slices to reach and costs ~10 ms per
     // position here (many times that under the sanitizers), so it checks the math on the first 32 positions only.

@@ -6,7 +6,9 @@
 #include "tests/common/close.h"
 
 #include "ops/attention/attention.h"
+#include "ops/attention/attention_internal.h"
 #include "ops/attention/attention_kernels.h"
+#include "ops/attention/attention_paths.h"
 
 #include <sqrtdk/error.h>
 #include <sqrtdk/isa.h>
@@ -262,11 +264,11 @@ TEST_CASE("attention: invalid parameters throw sqrtdk::Error naming the field") 
   if (!env_set) CHECK(default_attention_path() == AttentionPath::automatic);
 }
 
-TEST_CASE("attention: the automatic path follows the measured crossovers (attention.cpp)") {
+TEST_CASE("attention: with no table, the automatic path follows the built-in rule (attention.cpp)") {
   auto shape = [](size_t heads, size_t kv_heads, size_t d, size_t n, size_t m, bool causal) {
     AttentionParams p;
     p.n_heads = heads, p.n_kv_heads = kv_heads, p.head_dim = d, p.n_queries = n, p.pos0 = m - n, p.causal = causal;
-    return choose_attention_path(p);
+    return choose_attention_path(p, nullptr);
   };
   // Decode: GQA fused at any length; MHA fused up to 1024 keys, unfused past it.
   CHECK(shape(32, 8, 128, 1, 8192, true) == AttentionPath::fused);
@@ -284,7 +286,7 @@ TEST_CASE("attention: the automatic path follows the measured crossovers (attent
   AttentionProbs probs;
   AttentionParams p;
   p.n_heads = 8, p.n_kv_heads = 1, p.head_dim = 64, p.n_queries = 1, p.pos0 = 99, p.observe = &probs;
-  CHECK(choose_attention_path(p) == AttentionPath::unfused);
+  CHECK(choose_attention_path(p, nullptr) == AttentionPath::unfused);
 }
 
 // NaN is never hidden (softmax.h): a NaN score must reach every output it feeds. x86 max drops a NaN operand, so
@@ -441,4 +443,39 @@ TEST_CASE("attention: a NaN query element makes exactly its own row and head NaN
       }
     }
   }
+}
+
+// The unfused path blocks its queries once one head's scores pass kUnfusedMaxScoreFloats (attention_internal.h); a
+// causal block computes only the keys its rows see. Both against the spec, with the block edge inside the call.
+TEST_CASE("attention: the unfused path's query blocks (past 16 MiB of scores) match attention_ref") {
+  const std::pair<size_t, size_t> shapes[] = {{2100, 0}, {1500, 1500}};  // (n_queries, pos0)
+  for (auto [nq, pos0] : shapes) {
+    const size_t rows = unfused_rows_per_block(nq, pos0 + nq);
+    CAPTURE(rows);
+    REQUIRE(rows < nq);  // at least two blocks, the last one partial
+    REQUIRE(nq % rows != 0);
+    for (bool causal : {true, false}) {
+      Problem pr(1, 1, 8, nq, pos0, unsigned(nq + pos0));
+      check_against_ref(pr, causal, "blocked unfused", /*with_ref_isa=*/false);
+    }
+  }
+  // The observer's probabilities with blocks: each row a distribution over the keys it sees, masked keys exactly 0.
+  Problem pr(1, 1, 8, 2100, 0, 5);
+  AttentionProbs probs;
+  AttentionParams p = pr.params(true);
+  p.observe = &probs;
+  AttentionWorkspace ws;
+  attention(supported_isas().back(), p, ws, 1);
+  REQUIRE(probs.probs.size() == 2100u * 2100u);
+  bool ok = true;
+  for (size_t i = 0; i < 2100; i += 97) {
+    double sum = 0;
+    for (size_t j = 0; j < 2100; ++j) {
+      const float x = probs.probs[i * 2100 + j];
+      if (j > i) ok &= x == 0.0f;
+      sum += x;
+    }
+    ok &= std::fabs(sum - 1.0) < 1e-4;
+  }
+  CHECK(ok);
 }

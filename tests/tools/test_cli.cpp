@@ -362,5 +362,36 @@ TEST_CASE("cli: run, generate, profile and inspect work with no arguments (the b
   CHECK(g.out.find("\"stop_reason\": \"max_tokens\"") != std::string::npos);
 }
 
+TEST_CASE("cli: calibrate measures the model's heads once, then loads read the table from the cache") {
+  if (!std::filesystem::exists(kCli)) return;
+  TempDir dir;
+  const std::string toy = dir.file("toy.sqdk");
+  // A 40-token context: the calibration measures only the ladder's first point (64 keys), in a second or two.
+  REQUIRE(run_cli(dir, "make-toy --arch llama --seed 1 --max-seq 40 -o '" + toy + "'").exit_code == 0);
+  const std::string env = "XDG_CACHE_HOME='" + dir.file("cache") + "'";
+  const CliResult first = run_cli(dir, "calibrate --json --model '" + toy + "'", env);
+  CAPTURE(first.err);
+  REQUIRE(first.exit_code == 0);
+  const nlohmann::json j = nlohmann::json::parse(first.out);
+  CHECK(j.at("source").get<std::string>().rfind("measured now (cached in ", 0) == 0);
+  const std::string table = j.at("table").get<std::string>();
+  CAPTURE(table);
+  for (const char* mode : {"decode: 64 ", "causal_prefill: 64 ", "full_prefill: 64 "})
+    CHECK(table.find(mode) != std::string::npos);
+  CHECK(table.find(" 128 ") == std::string::npos);  // past the context: not measured
+  CHECK(std::filesystem::exists(dir.file("cache/sqrtdk/attention_paths.json")));
+  const CliResult again = run_cli(dir, "calibrate --model '" + toy + "'", env);
+  CHECK(again.exit_code == 0);
+  CHECK(contains(again.out, "source  cache "));
+  // Every command that loads a model reads it (the default --attention-paths cached), or ignores it when asked.
+  const CliResult verbose = run_cli(dir, "run --model '" + toy + "' --tokens 1,2,3", env + " SQRTDK_VERBOSE=1");
+  CHECK(verbose.exit_code == 0);
+  CHECK(contains(verbose.err, "attention paths: cache "));
+  const CliResult builtin =
+      run_cli(dir, "run --attention-paths builtin --model '" + toy + "' --tokens 1,2,3", env + " SQRTDK_VERBOSE=1");
+  CHECK(contains(builtin.err, "attention paths: built-in rule"));
+  CHECK(run_cli(dir, "run --attention-paths sometimes --model '" + toy + "'", env).exit_code == 1);
+}
+
 }  // namespace sqrtdk::test
 #endif

@@ -23,6 +23,18 @@ void ModelArgs::add_to(CLI::App& cmd, bool with_threads) {
   cmd.add_flag("--check-finite", check_finite, "refuse a model whose weights hold NaN or Inf (names the tensor)");
   cmd.add_option("--max-model-mb", max_model_mb, "refuse model files larger than this (MiB; 0 = no cap)")
       ->check(at_least(0, false));
+  cmd.add_option("--attention-paths", attention_paths,
+                 "fused vs unfused attention per shape: cached (this machine's measured table if any, else the "
+                 "built-in rule), calibrate (measure if not cached), recalibrate, builtin")
+      ->check(CLI::IsMember({"cached", "calibrate", "recalibrate", "builtin"}))
+      ->capture_default_str();
+}
+
+AttentionPaths parse_attention_paths(const std::string& name) {
+  if (name == "calibrate") return AttentionPaths::calibrate;
+  if (name == "recalibrate") return AttentionPaths::recalibrate;
+  if (name == "builtin") return AttentionPaths::builtin;
+  return AttentionPaths::cached;
 }
 
 std::shared_ptr<const Model> ModelArgs::load() const {
@@ -32,6 +44,7 @@ std::shared_ptr<const Model> ModelArgs::load() const {
   options.load.max_bytes = static_cast<uint64_t>(max_model_mb * 1048576.0);
   options.n_threads = threads;
   if (!isa.empty()) options.isa = static_cast<int>(parse_isa(isa));
+  options.attention_paths = parse_attention_paths(attention_paths);
   const std::string path = model.empty() ? default_model_path() : model;
   tools::report_sigbus_for_model(path);
   return Model::load(path, options);

@@ -21,6 +21,7 @@ struct ModelArgs {
   bool no_verify = false;
   bool check_finite = false;
   double max_model_mb = 0;
+  std::string attention_paths = "cached";  // ModelOptions::attention_paths by name
   // with_threads false: the subcommand defines its own --threads (e.g. a list).
   void add_to(CLI::App& cmd, bool with_threads = true);
   std::shared_ptr<const Model> load() const;

@@ -277,6 +277,7 @@ void run(const BenchArgs& a) {
                         {"isa", isa_name(model->isa())}, {"load_seconds", load_seconds}, {"peak_rss_mb", rss_mb},
                         {"packed_weights_mb", model_mb}, {"session_scratch_mb", scratch_mb}, {"kv_cache_mb", kv_mb},
                         {"decode_prompt", decode_prompt}, {"decode_tokens", decode}, {"reps", a.reps},
+                        {"attention_paths", model->attention_paths_source()},
                         {"bf16_kernel", linear_share_bf16 > 0 ? (bf16_dot ? "vdpbf16ps" : "widen") : "none"},
                         {"results", jrows}};
     for (const auto& [type, bytes] : model->packed_bytes_by_type()) j["linear_bytes_by_type"][type] = bytes;
@@ -304,6 +305,7 @@ void run(const BenchArgs& a) {
               "session %.1f, of which KV cache %.1f)\n\n",
               model->path().c_str(), arch_name(c.arch), model->n_params() / 1e6, isa_name(model->isa()), load_seconds,
               rss_mb, model_mb, scratch_mb, kv_mb);
+  std::printf("attention paths: %s\n", model->attention_paths_source().c_str());
   std::printf("linear weights as packed:");
   for (const auto& [type, bytes] : model->packed_bytes_by_type()) std::printf(" %s %.1f MiB", type.c_str(), bytes / 1048576.0);
   std::printf("%s\n\n", linear_share_bf16 > 0 ? (bf16_dot ? " (bf16 on vdpbf16ps)" : " (bf16 widened to f32 in the kernel)") : "");

@@ -33,6 +33,7 @@ void add_attention_map_command(CLI::App& app);    // tools/cli/cmd_attention_map
 void add_convert_command(CLI::App& app);   // tools/cli/cmd_convert.cpp
 void add_tokenize_command(CLI::App& app);  // tools/cli/cmd_tokenize.cpp
 void add_compare_command(CLI::App& app);   // tools/cli/cmd_compare.cpp
+void add_calibrate_command(CLI::App& app); // tools/cli/cmd_calibrate.cpp
 
 
 }  // namespace sqrtdk::cli

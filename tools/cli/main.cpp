@@ -34,6 +34,7 @@ int main(int argc, char** argv) {
   add_convert_command(app);
   add_tokenize_command(app);
   add_compare_command(app);
+  add_calibrate_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -3,6 +3,7 @@
 #include <sqrtdk/profiler.h>
 
 #include "engine/src/profiler/roofs_cache.h"
+#include "engine/src/runtime/machine_cache.h"
 #include "ops/base/roofs.h"
 
 #include <nlohmann/json.hpp>
@@ -17,10 +18,8 @@
 #include <map>
 #include <sstream>
 
-#include <ctime>
 #include <thread>
 
-#include <unistd.h>
 
 namespace sqrtdk {
 
@@ -173,57 +172,43 @@ double load_average_1min() {  // -1 if unknown
   return v;
 }
 
-std::string utc_now() {
-  const std::time_t t = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
 
 }  // namespace
 
 MachineRoofs cached_machine_roofs(Isa isa, int n_threads, const std::function<void()>& before_measuring) {
   namespace fs = std::filesystem;
-  fs::path dir;
-  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && x[0])
-    dir = fs::path(x) / "sqrtdk";
-  else if (const char* h = std::getenv("HOME"); h && h[0])
-    dir = fs::path(h) / ".cache" / "sqrtdk";
+  const fs::path dir = machine_cache::folder();
   const fs::path file = dir / "roofs.json";
   // "v5": entries without the BF16 / int8 dot-product peaks (v4), without the cache-level roofs, or with the DRAM
   // probe inside a large L3 (v3), before the quiet-machine rule (v2 and older: possibly measured on a busy machine,
-  // and before v2 with an FMA loop GCC had merged, reading ~25% high) are ignored and re-measured.
-  const std::string key = "v5|" + cpu_model() + "|" + isa_name(isa) + "|" + std::to_string(n_threads);
+  // and before v2 with an FMA loop GCC had merged, reading ~25% high) are ignored and re-measured. The CPU is named
+  // with its family/model/stepping (entries keyed by the model name alone, which two Xeons shared, are ignored).
+  const std::string key = "v5|" + machine_cache::cpu_identity() + "|" + isa_name(isa) + "|" + std::to_string(n_threads);
   nlohmann::json cache = nlohmann::json::object();
   if (!dir.empty()) {
-    std::ifstream in(file);
-    if (in) {
-      try {
-        cache = nlohmann::json::parse(in);
-        if (cache.contains(key)) {
-          const auto& e = cache[key];
-          MachineRoofs r;
-          r.isa = isa;
-          r.n_threads = n_threads;
-          r.peak_gflops = e.at("peak_gflops").get<double>();
-          r.bf16_peak_gflops = e.at("bf16_peak_gflops").get<double>();
-          r.int8_peak_gops = e.at("int8_peak_gops").get<double>();
-          r.dram_gbs = e.at("dram_gbs").get<double>();
-          r.l3_gbs = e.at("l3_gbs").get<double>();
-          r.l2_gbs = e.at("l2_gbs").get<double>();
-          r.l1d_bytes = e.at("l1d_bytes").get<size_t>();
-          r.l2_bytes = e.at("l2_bytes").get<size_t>();
-          r.l3_bytes = e.at("l3_bytes").get<size_t>();
-          r.source = "cache " + file.string();
-          r.source += " (measured " + e.value("measured_at", std::string("at an unknown time")) +
-                      ", load average " + fmt("%.2f", e.value("load_average", -1.0)) + ")";
-          if (r.peak_gflops > 0 && r.dram_gbs > 0) return r;
-        }
-      } catch (const std::exception&) {
-        cache = nlohmann::json::object();  // a corrupt cache is re-measured and rewritten
+    cache = machine_cache::read_object(file);
+    try {
+      if (cache.contains(key)) {
+        const auto& e = cache[key];
+        MachineRoofs r;
+        r.isa = isa;
+        r.n_threads = n_threads;
+        r.peak_gflops = e.at("peak_gflops").get<double>();
+        r.bf16_peak_gflops = e.at("bf16_peak_gflops").get<double>();
+        r.int8_peak_gops = e.at("int8_peak_gops").get<double>();
+        r.dram_gbs = e.at("dram_gbs").get<double>();
+        r.l3_gbs = e.at("l3_gbs").get<double>();
+        r.l2_gbs = e.at("l2_gbs").get<double>();
+        r.l1d_bytes = e.at("l1d_bytes").get<size_t>();
+        r.l2_bytes = e.at("l2_bytes").get<size_t>();
+        r.l3_bytes = e.at("l3_bytes").get<size_t>();
+        r.source = "cache " + file.string();
+        r.source += " (measured " + e.value("measured_at", std::string("at an unknown time")) +
+                    ", load average " + fmt("%.2f", e.value("load_average", -1.0)) + ")";
+        if (r.peak_gflops > 0 && r.dram_gbs > 0) return r;
       }
+    } catch (const std::exception&) {
+      cache = nlohmann::json::object();  // a corrupt entry is re-measured and rewritten
     }
   }
   if (before_measuring) before_measuring();
@@ -247,21 +232,12 @@ MachineRoofs cached_machine_roofs(Isa isa, int n_threads, const std::function<vo
     r.source = "measured (not cached: " + noise + ")";
     return r;
   }
-  std::error_code ec;
-  fs::create_directories(dir, ec);
   cache[key] = {{"peak_gflops", r.peak_gflops}, {"bf16_peak_gflops", r.bf16_peak_gflops},
                 {"int8_peak_gops", r.int8_peak_gops}, {"dram_gbs", r.dram_gbs}, {"l3_gbs", r.l3_gbs},
                 {"l2_gbs", r.l2_gbs}, {"l1d_bytes", r.l1d_bytes}, {"l2_bytes", r.l2_bytes},
-                {"l3_bytes", r.l3_bytes}, {"measured_at", utc_now()}, {"load_average", load_average}};
-  const fs::path tmp = file.string() + ".tmp" + std::to_string(::getpid());
-  std::ofstream out(tmp);
-  if (out << cache.dump(2) && out.flush()) fs::rename(tmp, file, ec);
-  if (ec || !out) {
-    fs::remove(tmp, ec);
-    r.source = "measured (not cached: cannot write " + file.string() + ")";
-  } else {
-    r.source = "measured (cached in " + file.string() + ")";
-  }
+                {"l3_bytes", r.l3_bytes}, {"measured_at", machine_cache::utc_now()}, {"load_average", load_average}};
+  const std::string failed = machine_cache::write_atomically(file, cache);
+  r.source = failed.empty() ? "measured (cached in " + file.string() + ")" : "measured (not cached: " + failed + ")";
   return r;
 }
 

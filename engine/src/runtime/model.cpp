@@ -11,6 +11,7 @@
 #include <sqrtdk/model.h>
 
 #include "engine/src/format/format_internal.h"
+#include "engine/src/runtime/attention_paths_cache.h"
 #include "engine/src/runtime/model_impl.h"
 #include "ops/base/threading.h"
 
@@ -179,12 +180,19 @@ std::shared_ptr<const Model> Model::load(const std::string& path, const ModelOpt
     m.tokenizer = Tokenizer::bytes(c.n_vocab, c.bos_id, c.eos_id);
   Loader loader(*m.file, m.weights.isa);
   m.family->load_weights(loader, m.weights);
+  ResolvedAttentionPaths paths =
+      resolve_attention_paths(m.weights.isa, c.n_heads, c.n_kv_heads, c.head_dim, c.max_seq, options.attention_paths);
+  m.weights.attention_paths = std::move(paths.table);
+  m.attention_paths_source = std::move(paths.source);
 
   m.load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (verbose())
     std::fprintf(stderr, "sqrtdk: loaded %s (%s, %u layers, %.1f M params, ISA %s) in %.3f s, scans on up to %d "
                  "thread(s)\n", path.c_str(), m.family->name, c.n_layers, m.n_params / 1e6, isa_name(m.weights.isa),
                  m.load_seconds, resolve_threads(load.n_threads));
+  if (verbose())
+    std::fprintf(stderr, "sqrtdk: attention paths: %s\n%s", m.attention_paths_source.c_str(),
+                 m.weights.attention_paths.measured_points() ? ops::describe_attention_paths(m.weights.attention_paths).c_str() : "");
   return std::shared_ptr<const Model>(new Model(std::move(impl)));
 }
 
@@ -196,6 +204,11 @@ Isa Model::isa() const { return impl_->weights.isa; }
 uint64_t Model::n_params() const { return impl_->n_params; }
 size_t Model::packed_bytes() const { return impl_->weights.packed_bytes(); }
 double Model::load_seconds() const { return impl_->load_seconds; }
+const std::string& Model::attention_paths_source() const { return impl_->attention_paths_source; }
+std::string Model::attention_paths_table() const {
+  const ops::AttentionPathTable& t = impl_->weights.attention_paths;
+  return t.measured_points() ? ops::describe_attention_paths(t) : std::string();
+}
 std::vector<std::pair<std::string, size_t>> Model::packed_bytes_by_type() const {
   const std::array<size_t, 3> by_type = impl_->weights.linear_bytes_by_type();
   std::vector<std::pair<std::string, size_t>> out;

@@ -19,6 +19,7 @@ class ModelImpl {
   const ModelFamily* family = nullptr;
   uint64_t n_params = 0;
   double load_seconds = 0;
+  std::string attention_paths_source;  // where weights.attention_paths came from (attention_paths_cache.h)
 
   std::shared_ptr<const WeightFile> file;  // kept mapped: embedding rows are read from it when stored as f32
   ModelWeights weights;                    // config, ISA and the packed tensors

@@ -1,0 +1,81 @@
+// Which attention path `automatic` takes for a shape: fused or unfused, from what was measured on the machine the
+// engine runs on (an AttentionPathTable), or from the built-in rule where no table applies.
+//
+// The table is one head configuration's (n_heads, n_kv_heads, head_dim) fused ÷ unfused time ratios at a ladder of
+// key counts, for each mode (decode: one query; causal prefill; non-causal prefill), measured by
+// calibrate_attention_paths at 1 thread and at every thread count asked for. A shape takes the path that was faster
+// at the measured key count nearest its own (in log2): ratio < 1 fused, else unfused. The ratio kept is the
+// geometric mean over the thread counts measured, so the choice never depends on a call's thread count (the paths
+// round differently: outputs stay bit-identical for any thread count). The engine measures it once per machine and
+// caches it (engine/src/runtime/attention_paths_cache.cpp, `sqrtdk calibrate`).
+//
+// The built-in rule (builtin_attention_path) holds the crossovers measured on the 2-core Zen 5 VM, 2026-11-30
+// (attention.cpp has the figures): what runs before a machine is calibrated, or with ModelOptions::attention_paths
+// = builtin.
+#pragma once
+
+#include "ops/attention/attention.h"
+
+#include <array>
+#include <cstddef>
+#include <string>
+#include <vector>
+
+namespace sqrtdk::ops {
+
+enum class AttentionMode { decode, causal_prefill, full_prefill };  // n_queries == 1; causal; non-causal
+inline constexpr size_t kAttentionModes = 3;
+const char* attention_mode_name(AttentionMode mode);  // "decode", "causal_prefill", "full_prefill"
+AttentionMode attention_mode(const AttentionParams& p);
+
+// The key counts measured: 64 .. 8192, powers of two. Prefill points run n_queries = n_keys (a whole prompt);
+// decode points one query against n_keys cached keys.
+inline constexpr size_t kPathLadderSize = 8;
+inline constexpr std::array<size_t, kPathLadderSize> kPathLadderKeys = {64, 128, 256, 512, 1024, 2048, 4096, 8192};
+
+struct AttentionPathTable {
+  size_t n_heads = 0, n_kv_heads = 0, head_dim = 0;  // the head configuration measured; other shapes: built-in
+  std::vector<int> threads;                          // the thread counts the ratios average over
+  // fused seconds ÷ unfused seconds, [mode][ladder point]; 0: not measured (over the calibration's budget).
+  std::array<std::array<double, kPathLadderSize>, kAttentionModes> fused_over_unfused{};
+
+  bool covers(const AttentionParams& p) const {
+    return p.n_heads == n_heads && p.n_kv_heads == n_kv_heads && p.head_dim == head_dim;
+  }
+  // The measured point nearest p's key count in its mode (ties: the larger), or -1 if the table does not cover p
+  // or has no point in that mode.
+  int nearest_point(const AttentionParams& p) const;
+  // The path faster at that point; automatic when there is none.
+  AttentionPath lookup(const AttentionParams& p) const;
+  size_t measured_points() const;
+};
+
+// The built-in rule (Zen 5's crossovers; see attention.cpp).
+AttentionPath builtin_attention_path(const AttentionParams& p);
+
+// What `automatic` resolves to: unfused when p.observe is set (it materializes the probabilities anyway); else the
+// table's choice when `table` covers p and has a point in its mode; else the built-in rule.
+AttentionPath choose_attention_path(const AttentionParams& p, const AttentionPathTable* table);
+
+struct AttentionCalibration {
+  std::vector<int> threads = {1};  // thread counts to measure at (the ratio is their geometric mean)
+  int reps = 3;                    // timed samples per path and point, interleaved; the median is kept
+  // Prefill points costlier than this many FLOPs per call are not measured (a shape beyond takes the nearest
+  // measured point): about 60 ms per call at 1 thread on the machines we have seen.
+  double max_flops_per_call = 8e9;
+  size_t max_keys = 8192;        // ladder points above are not measured
+  size_t evict_bytes = 96 << 20;  // decode samples run after writing this many bytes (K/V come from DRAM, as in a
+                                  // forward pass, where each layer's weights evict the last layer's cache)
+};
+
+// Measures both paths for every mode and ladder point within the budget, on freshly filled random Q/K/V, with isa's
+// kernels. Calls progress (if set) with a line per point measured. Throws sqrtdk::Error on a bad configuration.
+AttentionPathTable calibrate_attention_paths(Isa isa, size_t n_heads, size_t n_kv_heads, size_t head_dim,
+                                             const AttentionCalibration& options,
+                                             void (*progress)(const std::string& line, void* ctx) = nullptr,
+                                             void* progress_ctx = nullptr);
+
+// A table as text, one line per mode: "decode: 128 0.93 fused, 512 1.04 unfused, ...".
+std::string describe_attention_paths(const AttentionPathTable& table);
+
+}  // namespace sqrtdk::ops

@@ -1,0 +1,118 @@
+// ModelOptions::attention_paths: where a model's attention path table comes from (engine/src/runtime/
+// attention_paths_cache.cpp): the per-machine cache, a measurement, or the built-in rule; and what a damaged or
+// short cache entry does.
+#include <doctest/doctest.h>
+
+#include "engine/src/runtime/attention_paths_cache.h"
+#include "engine/src/runtime/machine_cache.h"
+#include "engine/src/runtime/model_impl.h"
+#include "tests/common/temp_dir.h"
+
+#include <sqrtdk/model.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <string>
+
+using namespace sqrtdk;
+
+namespace {
+
+const std::string kBundled = SQRTDK_SOURCE_DIR "/models/tiny-llama-bytes.sqdk";  // 8 heads / 4 kv heads x 32
+
+// Points XDG_CACHE_HOME at a fresh folder for one test case (ctest runs each case in its own process).
+struct CacheHome {
+  test::TempDir dir;
+  std::string saved;
+  bool had = false;
+  CacheHome() {
+    if (const char* old = std::getenv("XDG_CACHE_HOME")) had = true, saved = old;
+    setenv("XDG_CACHE_HOME", dir.path().c_str(), 1);
+  }
+  ~CacheHome() {
+    if (had)
+      setenv("XDG_CACHE_HOME", saved.c_str(), 1);
+    else
+      unsetenv("XDG_CACHE_HOME");
+  }
+  std::filesystem::path file() const { return dir.path() / "sqrtdk" / "attention_paths.json"; }
+};
+
+std::shared_ptr<const Model> load(AttentionPaths policy) {
+  ModelOptions mo;
+  mo.attention_paths = policy;
+  return Model::load(kBundled, mo);
+}
+
+// A cache entry for the bundled model's heads on this machine, every point with `ratio`, measured up to max_keys.
+void write_entry(const std::filesystem::path& file, Isa isa, double ratio, size_t max_keys) {
+  nlohmann::json row = nlohmann::json::array();
+  for (size_t keys : ops::kPathLadderKeys) row.push_back(keys <= max_keys ? nlohmann::json(ratio) : nlohmann::json());
+  nlohmann::json cache = nlohmann::json::object();
+  cache["v1|" + machine_cache::cpu_identity() + "|" + isa_name(isa) + "|8/4x32"] = {
+      {"keys", ops::kPathLadderKeys},
+      {"threads", {1, 2}},
+      {"fused_over_unfused", {{"decode", row}, {"causal_prefill", row}, {"full_prefill", row}}},
+      {"measured_at", "2026-12-01T00:00:00Z"},
+      {"max_keys", max_keys}};
+  REQUIRE(machine_cache::write_atomically(file, cache).empty());
+}
+
+}  // namespace
+
+TEST_CASE("attention paths cache: builtin reads nothing; cached without an entry says how to measure one") {
+  CacheHome home;
+  const auto builtin = load(AttentionPaths::builtin);
+  CHECK(builtin->attention_paths_source().rfind("built-in rule (ModelOptions", 0) == 0);
+  CHECK(builtin->attention_paths_table().empty());
+  const auto cached = load(AttentionPaths::cached);
+  CHECK(cached->attention_paths_source().find("sqrtdk calibrate") != std::string::npos);
+  CHECK(cached->impl().weights.attention_paths.measured_points() == 0);
+  CHECK_FALSE(std::filesystem::exists(home.file()));  // cached never measures or writes
+}
+
+TEST_CASE("attention paths cache: an entry for this CPU, ISA and heads is the model's table") {
+  CacheHome home;
+  const Isa isa = default_isa();
+  write_entry(home.file(), isa, 2.0, 256);  // unfused everywhere, up to the bundled model's context (256)
+  const auto m = load(AttentionPaths::cached);
+  CAPTURE(m->attention_paths_source());
+  CHECK(m->attention_paths_source().rfind("cache " + home.file().string(), 0) == 0);
+  CHECK(m->attention_paths_source().find("up to 256 keys") != std::string::npos);
+  const ops::AttentionPathTable& t = m->impl().weights.attention_paths;
+  CHECK(t.measured_points() == 3 * 3);  // 64, 128, 256 in each mode
+  ops::AttentionParams p;
+  p.n_heads = 8, p.n_kv_heads = 4, p.head_dim = 32, p.n_queries = 1, p.pos0 = 99;
+  CHECK(ops::choose_attention_path(p, &t) == ops::AttentionPath::unfused);
+  CHECK(m->attention_paths_table().find("decode: 64 2.00 unfused") == 0);
+  // `calibrate` uses it too: it was measured up to the keys this model's context needs.
+  CHECK(load(AttentionPaths::calibrate)->attention_paths_source().rfind("cache ", 0) == 0);
+}
+
+TEST_CASE("attention paths cache: a damaged file or entry falls back to the built-in rule, never an error") {
+  CacheHome home;
+  std::filesystem::create_directories(home.file().parent_path());
+  { std::ofstream(home.file()) << "{ not json"; }
+  CHECK(load(AttentionPaths::cached)->attention_paths_source().rfind("built-in rule", 0) == 0);
+  nlohmann::json cache = {{"v1|" + machine_cache::cpu_identity() + "|" + isa_name(default_isa()) + "|8/4x32",
+                           {{"keys", {1, 2, 3}}, {"threads", {1}}}}};  // another ladder
+  REQUIRE(machine_cache::write_atomically(home.file(), cache).empty());
+  CHECK(load(AttentionPaths::cached)->attention_paths_source().rfind("built-in rule", 0) == 0);
+}
+
+TEST_CASE("attention paths cache: the ladder point a context needs") {
+  CHECK(ladder_keys_for_context(1) == 64);
+  CHECK(ladder_keys_for_context(256) == 256);
+  CHECK(ladder_keys_for_context(257) == 512);
+  CHECK(ladder_keys_for_context(1u << 20) == 8192);
+}
+
+TEST_CASE("machine cache: the CPU identity carries the model numbers, not only the name") {
+  const std::string id = machine_cache::cpu_identity();
+  CAPTURE(id);
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  bool has_family = false;
+  while (std::getline(in, line) && !line.empty()) has_family |= line.rfind("cpu family", 0) == 0;
+  if (has_family) CHECK(id.find(" model ") != std::string::npos);
+}
