@@ -1,6 +1,7 @@
 // bench-attention: multi-head attention, prefill and decode, fused vs unfused (ours) vs an unfused path built
 // from oneDNN primitives (matmul with output scale [+ causal mask as a binary-add post-op], softmax, matmul), same
-// run. Prefill: GFLOP/s counting 4·n·m·d per head (halved for causal), % of the FMA peak measured in this run,
+// run. Prefill (whole prompts, and causal chunks of 512 queries at the end of a longer prompt, as the engine runs
+// them): GFLOP/s counting 4·d per head and (query, key) pair computed, % of the FMA peak measured in this run,
 // peak scratch memory. Decode (one query against a cache of m keys): GB/s of K and V read with the caches cold
 // (96 MiB written before each call, so K/V come from DRAM as in a real forward pass) and, for reference, warm;
 // % of the DRAM read bandwidth measured in this run. "auto": the path the engine's automatic choice takes for the
@@ -160,7 +161,8 @@ int main(int argc, char** argv) {
                         {"isa", isa_name(isa)}, {"kernel", kernel},
                         {"prefill", nlohmann::json::array()}, {"decode", nlohmann::json::array()}};
   out["note"] =
-      "prefill GFLOP/s = 4*n*m*d*n_heads (halved if causal) / s; decode GB/s = K+V bytes / s; medians of reps";
+      "prefill GFLOP/s = 4*pairs*d*n_heads / s, pairs = n*m (causal: n*(m-n) + n(n+1)/2; seq = n queries, keys = m "
+      "keys); decode GB/s = K+V bytes / s; medians of reps";
 
   const HeadConfig prefill_configs[] = {{"12x64", 12, 12, 64}, {"32x128", 32, 32, 128}, {"32/8x128", 32, 8, 128}};
   std::vector<size_t> seqs = {128, 512, 2048, 4096};
@@ -210,11 +212,25 @@ int main(int argc, char** argv) {
     const int saved_threads = omp_get_max_threads();
     for (const HeadConfig& hc : prefill_configs) {
       if (!run_prefill) break;
-      for (size_t n : seqs) {
-        if (n > max_seq) continue;
-        for (bool causal : {false, true}) {
-          Problem pr(hc, n, n, causal);
-          const double flops = 4.0 * double(n) * double(n) * double(hc.head_dim) * double(hc.n_heads) * (causal ? 0.5 : 1.0);
+      // Whole prompts (n = m, causal and not), then causal chunks of kChunkQueries queries at the end of a longer
+      // prompt: what the engine runs past its first prefill chunk (max_batch 512).
+      struct Shape {
+        size_t n, m;
+        bool causal;
+      };
+      std::vector<Shape> shapes;
+      for (size_t n : seqs)
+        for (bool causal : {false, true}) shapes.push_back({n, n, causal});
+      for (size_t m : seqs)
+        if (m >= 2 * ops::kChunkQueries && !args.smoke) shapes.push_back({ops::kChunkQueries, m, true});
+      for (const Shape& shape : shapes) {
+        const size_t n = shape.n, m = shape.m;
+        const bool causal = shape.causal;
+        if (m > max_seq) continue;
+        {
+          Problem pr(hc, n, m, causal);
+          const double pairs = causal ? double(n) * double(m - n) + 0.5 * double(n) * double(n + 1) : double(n) * double(m);
+          const double flops = 4.0 * pairs * double(hc.head_dim) * double(hc.n_heads);
           AttentionWorkspace ws_fused, ws_unfused;
           const double s_fused = median_seconds([&] { ops::attention(isa, pr.p, ws_fused, t, AttentionPath::fused); },
                                                 args.reps);
@@ -228,16 +244,17 @@ int main(int argc, char** argv) {
           const AttentionPath chosen = ops::choose_attention_path(pr.p, table_for(hc));
           const auto [auto_text, auto_loss] =
               auto_cell(chosen, s_fused, s_unfused,
-                        std::to_string(t) + " thread(s), " + hc.name + ", " + std::to_string(n) + " keys, " +
-                            (causal ? "causal" : "non-causal") + " prefill");
+                        std::to_string(t) + " thread(s), " + hc.name + ", " + std::to_string(n) + " queries x " +
+                            std::to_string(m) + " keys, " + (causal ? "causal" : "non-causal") + " prefill");
           const std::vector<std::string> cells = {
-              std::to_string(t), hc.name,           std::to_string(n),       causal ? "yes" : "no",
+              std::to_string(t), hc.name,           n == m ? std::to_string(n) : std::to_string(n) + "@" + std::to_string(m),
+              causal ? "yes" : "no",
               fmt(gf),           pct_cell(share_of_roof(gf, peak, "FMA peak")), fmt(gu), fmt(gd),
               fmt(gf / gu, 2),   fmt(gf / gd, 2),   auto_text, mib(ws_fused.bytes()), mib(ws_unfused.bytes()),
               mib(dnnl_attn.bytes())};
           prefill.add(cells);
           progress(cells);
-          out["prefill"].push_back({{"threads", t}, {"heads", hc.name}, {"seq", n}, {"causal", causal},
+          out["prefill"].push_back({{"threads", t}, {"heads", hc.name}, {"seq", n}, {"keys", m}, {"causal", causal},
                                     {"fused_gflops", gf}, {"pct_peak", pct_json(share_of_roof(gf, peak, "FMA peak"))}, {"unfused_gflops", gu},
                                     {"onednn_gflops", gd}, {"ratio_unfused", gf / gu}, {"ratio_onednn", gf / gd},
                                     {"auto_path", ops::attention_path_name(chosen)}, {"auto_loss", auto_loss},
@@ -292,7 +309,9 @@ int main(int argc, char** argv) {
   if (args.json) {
     std::printf("%s\n", out.dump(2).c_str());
   } else {
-    std::printf("\nprefill (n = m = seq; GF/s counts 4·n·m·d per head, halved if causal)\n%s", prefill.str().c_str());
+    std::printf("\nprefill (seq n = m queries and keys, or n@m: a chunk of n queries at the end of m keys; GF/s counts "
+                "4·d per head and (query, key) pair computed: n·m, causal n·(m−n) + n(n+1)/2)\n%s",
+                prefill.str().c_str());
     std::printf("\ndecode (1 query; GB/s of K+V read; caches cold unless marked warm)\n%s", decode.str().c_str());
     std::printf("\nauto (%s): %zu of %zu rows within 3%% of the faster path; worst +%.1f%% (%s)\n",
                 builtin ? "the built-in rule" : "this machine's measured table", rows_within_3pct, n_rows,

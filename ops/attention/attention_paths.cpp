@@ -17,6 +17,7 @@ const char* attention_mode_name(AttentionMode mode) {
   switch (mode) {
     case AttentionMode::decode: return "decode";
     case AttentionMode::causal_prefill: return "causal_prefill";
+    case AttentionMode::causal_chunk: return "causal_chunk";
     case AttentionMode::full_prefill: return "full_prefill";
   }
   return "unknown";
@@ -24,7 +25,18 @@ const char* attention_mode_name(AttentionMode mode) {
 
 AttentionMode attention_mode(const AttentionParams& p) {
   if (p.n_queries == 1) return AttentionMode::decode;
-  return p.causal ? AttentionMode::causal_prefill : AttentionMode::full_prefill;
+  if (!p.causal) return AttentionMode::full_prefill;
+  return p.pos0 >= p.n_queries ? AttentionMode::causal_chunk : AttentionMode::causal_prefill;
+}
+
+size_t ladder_queries(AttentionMode mode, size_t n_keys) {
+  switch (mode) {
+    case AttentionMode::decode: return 1;
+    case AttentionMode::causal_chunk: return n_keys >= 2 * kChunkQueries ? kChunkQueries : 0;
+    case AttentionMode::causal_prefill:
+    case AttentionMode::full_prefill: return n_keys;
+  }
+  return 0;
 }
 
 int AttentionPathTable::nearest_point(const AttentionParams& p) const {
@@ -109,8 +121,8 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-// Seconds per call of path `path`: a sample repeats the call until 2 ms have passed (short shapes), or, cold, runs
-// it once after writing `evict` (decode: K/V from DRAM).
+// Seconds per call of path `path`: a sample repeats the call until 10 ms have passed (short shapes), or, cold,
+// runs it once after writing `evict` (decode: K/V from DRAM).
 double sample_seconds(Isa isa, const AttentionParams& p, AttentionWorkspace& ws, int threads, AttentionPath path,
                       AlignedBuffer<float>* evict) {
   if (evict != nullptr) {
@@ -128,7 +140,7 @@ double sample_seconds(Isa isa, const AttentionParams& p, AttentionWorkspace& ws,
     attention(isa, p, ws, threads, path);
     ++calls;
     elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
-  } while (elapsed < 2e-3);
+  } while (elapsed < 1e-2);
   return elapsed / calls;
 }
 
@@ -155,24 +167,28 @@ AttentionPathTable calibrate_attention_paths(Isa isa, size_t n_heads, size_t n_k
   if (options.evict_bytes > 0) evict.allocate(options.evict_bytes / sizeof(float));
   AttentionWorkspace ws_fused, ws_unfused;
   for (size_t mode = 0; mode < kAttentionModes; ++mode) {
-    const bool decode = mode == static_cast<size_t>(AttentionMode::decode);
-    const bool causal = mode != static_cast<size_t>(AttentionMode::full_prefill);
+    const AttentionMode kind = static_cast<AttentionMode>(mode);
+    const bool decode = kind == AttentionMode::decode, causal = kind != AttentionMode::full_prefill;
     for (size_t i = 0; i < kPathLadderSize; ++i) {
-      const size_t m = kPathLadderKeys[i], n = decode ? 1 : m;
-      if (m > options.max_keys) continue;
-      const double flops = 4.0 * double(n) * double(m) * double(head_dim) * double(n_heads) * (causal ? 0.5 : 1);
-      if (!decode && flops > options.max_flops_per_call) continue;
+      const size_t m = kPathLadderKeys[i], n = ladder_queries(kind, m);
+      if (m > options.max_keys || n == 0) continue;
+      // FLOPs of q·k and p·v over the (query, key) pairs a causal call computes: n·(m − n) + n(n + 1)/2.
+      const double pairs = causal ? double(n) * double(m - n) + 0.5 * double(n) * double(n + 1) : double(n) * double(m);
+      if (4.0 * pairs * double(head_dim) * double(n_heads) > options.max_flops_per_call) continue;
       CalibrationProblem pr(n_heads, n_kv_heads, head_dim, n, m, causal);
       AlignedBuffer<float>* cold = decode && evict.size() > 0 ? &evict : nullptr;
       double log_ratio = 0;
       std::string detail;
       for (int t : options.threads) {
-        // Warm both paths (workspace growth, first-touch pages), then interleave their samples, alternating which
-        // goes first, so drift in the machine's load falls on both alike.
+        // Warm both paths (workspace growth, first-touch pages), timing the second call of each to size the reps;
+        // then interleave their samples, alternating which goes first, so drift in the machine's load falls on both.
         attention(isa, pr.p, ws_fused, t, AttentionPath::fused);
         attention(isa, pr.p, ws_unfused, t, AttentionPath::unfused);
+        const double call = std::max(sample_seconds(isa, pr.p, ws_fused, t, AttentionPath::fused, nullptr),
+                                     sample_seconds(isa, pr.p, ws_unfused, t, AttentionPath::unfused, nullptr));
+        const int reps = std::clamp(static_cast<int>(0.1 / call) + 1, 1, options.reps);
         std::vector<double> fused, unfused;
-        for (int r = 0; r < options.reps; ++r) {
+        for (int r = 0; r < reps; ++r) {
           const bool fused_first = r % 2 == 0;
           for (int k = 0; k < 2; ++k) {
             const bool f = (k == 0) == fused_first;
@@ -191,10 +207,9 @@ AttentionPathTable calibrate_attention_paths(Isa isa, size_t n_heads, size_t n_k
       const double ratio = std::exp(log_ratio / static_cast<double>(options.threads.size()));
       table.fused_over_unfused[mode][i] = ratio;
       if (progress) {
-        char buf[160];
-        std::snprintf(buf, sizeof buf, "%s, %zu keys: fused/unfused time %.3f (%s) -> %s",
-                      attention_mode_name(static_cast<AttentionMode>(mode)), m, ratio, detail.c_str(),
-                      ratio < 1.0 ? "fused" : "unfused");
+        char buf[192];
+        std::snprintf(buf, sizeof buf, "%s, %zu queries x %zu keys: fused/unfused time %.3f (%s) -> %s",
+                      attention_mode_name(kind), n, m, ratio, detail.c_str(), ratio < 1.0 ? "fused" : "unfused");
         progress(buf, progress_ctx);
       }
     }

@@ -2,7 +2,7 @@
 // engine runs on (an AttentionPathTable), or from the built-in rule where no table applies.
 //
 // The table is one head configuration's (n_heads, n_kv_heads, head_dim) fused ÷ unfused time ratios at a ladder of
-// key counts, for each mode (decode: one query; causal prefill; non-causal prefill), measured by
+// key counts, for each mode (decode; a causal whole prompt; a causal chunk of a longer prompt; non-causal), measured by
 // calibrate_attention_paths at 1 thread and at every thread count asked for. A shape takes the path that was faster
 // at the measured key count nearest its own (in log2): ratio < 1 fused, else unfused. The ratio kept is the
 // geometric mean over the thread counts measured, so the choice never depends on a call's thread count (the paths
@@ -23,20 +23,27 @@
 
 namespace sqrtdk::ops {
 
-enum class AttentionMode { decode, causal_prefill, full_prefill };  // n_queries == 1; causal; non-causal
-inline constexpr size_t kAttentionModes = 3;
-const char* attention_mode_name(AttentionMode mode);  // "decode", "causal_prefill", "full_prefill"
+// The kinds of call the table tells apart (attention_mode): one query (decode); a causal call holding a whole
+// prompt (n_queries > pos0: most of its keys are its own queries); a causal chunk of a longer prompt (pos0 >=
+// n_queries: the engine prefills in chunks of SessionOptions::max_batch = 512 tokens, so every call past the first
+// chunk is one); a non-causal call.
+enum class AttentionMode { decode, causal_prefill, causal_chunk, full_prefill };
+inline constexpr size_t kAttentionModes = 4;
+const char* attention_mode_name(AttentionMode mode);  // "decode", "causal_prefill", "causal_chunk", "full_prefill"
 AttentionMode attention_mode(const AttentionParams& p);
 
-// The key counts measured: 64 .. 8192, powers of two. Prefill points run n_queries = n_keys (a whole prompt);
-// decode points one query against n_keys cached keys.
+// The key counts measured: 64 .. 8192, powers of two. causal_prefill and full_prefill points run n_queries =
+// n_keys (a whole prompt); causal_chunk points kChunkQueries queries at the end of n_keys keys (n_keys >= 2 ×
+// kChunkQueries: 1024 ..); decode points one query against n_keys cached keys.
 inline constexpr size_t kPathLadderSize = 8;
 inline constexpr std::array<size_t, kPathLadderSize> kPathLadderKeys = {64, 128, 256, 512, 1024, 2048, 4096, 8192};
+inline constexpr size_t kChunkQueries = 512;  // the engine's default prefill chunk (SessionOptions::max_batch)
 
 struct AttentionPathTable {
   size_t n_heads = 0, n_kv_heads = 0, head_dim = 0;  // the head configuration measured; other shapes: built-in
   std::vector<int> threads;                          // the thread counts the ratios average over
-  // fused seconds ÷ unfused seconds, [mode][ladder point]; 0: not measured (over the calibration's budget).
+  // fused seconds ÷ unfused seconds, [mode][ladder point]; 0: not measured (over the calibration's budget, or a
+  // point the mode does not have).
   std::array<std::array<double, kPathLadderSize>, kAttentionModes> fused_over_unfused{};
 
   bool covers(const AttentionParams& p) const {
@@ -59,11 +66,12 @@ AttentionPath choose_attention_path(const AttentionParams& p, const AttentionPat
 
 struct AttentionCalibration {
   std::vector<int> threads = {1};  // thread counts to measure at (the ratio is their geometric mean)
-  int reps = 3;                    // timed samples per path and point, interleaved; the median is kept
-  // Prefill points costlier than this many FLOPs per call are not measured (a shape beyond takes the nearest
-  // measured point): about 60 ms per call at 1 thread on the machines we have seen.
-  double max_flops_per_call = 8e9;
-  size_t max_keys = 8192;        // ladder points above are not measured
+  int reps = 5;                    // timed samples per path and point, interleaved; the median is kept. Points whose
+                                   // call takes longer than 0.1 s take fewer (at least 1: long samples are steadier)
+  // Points costlier than this many FLOPs per call are not measured (a shape beyond takes the nearest measured
+  // point): about 1 s per call at 1 thread on the machines we have seen.
+  double max_flops_per_call = 80e9;
+  size_t max_keys = 8192;         // ladder points above are not measured
   size_t evict_bytes = 96 << 20;  // decode samples run after writing this many bytes (K/V come from DRAM, as in a
                                   // forward pass, where each layer's weights evict the last layer's cache)
 };
@@ -76,6 +84,9 @@ AttentionPathTable calibrate_attention_paths(Isa isa, size_t n_heads, size_t n_k
                                              void* progress_ctx = nullptr);
 
 // A table as text, one line per mode: "decode: 128 0.93 fused, 512 1.04 unfused, ...".
+// Queries of a ladder point of `mode` at n_keys keys: 1, n_keys or kChunkQueries; 0 where the mode has no such
+// point (causal_chunk below 2 × kChunkQueries keys).
+size_t ladder_queries(AttentionMode mode, size_t n_keys);
 std::string describe_attention_paths(const AttentionPathTable& table);
 
 }  // namespace sqrtdk::ops

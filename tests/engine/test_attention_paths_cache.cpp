@@ -46,13 +46,19 @@ std::shared_ptr<const Model> load(AttentionPaths policy) {
 
 // A cache entry for the bundled model's heads on this machine, every point with `ratio`, measured up to max_keys.
 void write_entry(const std::filesystem::path& file, Isa isa, double ratio, size_t max_keys) {
-  nlohmann::json row = nlohmann::json::array();
-  for (size_t keys : ops::kPathLadderKeys) row.push_back(keys <= max_keys ? nlohmann::json(ratio) : nlohmann::json());
+  nlohmann::json rows = nlohmann::json::object();
+  for (size_t mode = 0; mode < ops::kAttentionModes; ++mode) {
+    const auto kind = static_cast<ops::AttentionMode>(mode);
+    nlohmann::json row = nlohmann::json::array();
+    for (size_t keys : ops::kPathLadderKeys)
+      row.push_back(keys <= max_keys && ops::ladder_queries(kind, keys) > 0 ? nlohmann::json(ratio) : nlohmann::json());
+    rows[ops::attention_mode_name(kind)] = row;
+  }
   nlohmann::json cache = nlohmann::json::object();
-  cache["v1|" + machine_cache::cpu_identity() + "|" + isa_name(isa) + "|8/4x32"] = {
+  cache["v2|" + machine_cache::cpu_identity() + "|" + isa_name(isa) + "|8/4x32"] = {
       {"keys", ops::kPathLadderKeys},
       {"threads", {1, 2}},
-      {"fused_over_unfused", {{"decode", row}, {"causal_prefill", row}, {"full_prefill", row}}},
+      {"fused_over_unfused", rows},
       {"measured_at", "2026-12-01T00:00:00Z"},
       {"max_keys", max_keys}};
   REQUIRE(machine_cache::write_atomically(file, cache).empty());
@@ -80,7 +86,7 @@ TEST_CASE("attention paths cache: an entry for this CPU, ISA and heads is the mo
   CHECK(m->attention_paths_source().rfind("cache " + home.file().string(), 0) == 0);
   CHECK(m->attention_paths_source().find("up to 256 keys") != std::string::npos);
   const ops::AttentionPathTable& t = m->impl().weights.attention_paths;
-  CHECK(t.measured_points() == 3 * 3);  // 64, 128, 256 in each mode
+  CHECK(t.measured_points() == 3 * 3);  // 64, 128, 256 in each mode but causal_chunk (1024 keys and up)
   ops::AttentionParams p;
   p.n_heads = 8, p.n_kv_heads = 4, p.head_dim = 32, p.n_queries = 1, p.pos0 = 99;
   CHECK(ops::choose_attention_path(p, &t) == ops::AttentionPath::unfused);
@@ -94,7 +100,7 @@ TEST_CASE("attention paths cache: a damaged file or entry falls back to the buil
   std::filesystem::create_directories(home.file().parent_path());
   { std::ofstream(home.file()) << "{ not json"; }
   CHECK(load(AttentionPaths::cached)->attention_paths_source().rfind("built-in rule", 0) == 0);
-  nlohmann::json cache = {{"v1|" + machine_cache::cpu_identity() + "|" + isa_name(default_isa()) + "|8/4x32",
+  nlohmann::json cache = {{"v2|" + machine_cache::cpu_identity() + "|" + isa_name(default_isa()) + "|8/4x32",
                            {{"keys", {1, 2, 3}}, {"threads", {1}}}}};  // another ladder
   REQUIRE(machine_cache::write_atomically(home.file(), cache).empty());
   CHECK(load(AttentionPaths::cached)->attention_paths_source().rfind("built-in rule", 0) == 0);

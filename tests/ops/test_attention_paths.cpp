@@ -54,6 +54,14 @@ TEST_CASE("attention paths: a table decides where it covers the shape, the built
     CHECK(builtin_attention_path(p) == AttentionPath::fused);
     CHECK(choose_attention_path(p, &t) == AttentionPath::unfused);
   }
+  // A chunk of a longer prompt (pos0 >= n_queries) is its own mode, with no point here: the built-in rule.
+  const AttentionParams chunk = shape(12, 12, 64, 512, 4096, true);
+  CHECK(attention_mode(chunk) == AttentionMode::causal_chunk);
+  CHECK(attention_mode(shape(12, 12, 64, 512, 1023, true)) == AttentionMode::causal_prefill);
+  CHECK(choose_attention_path(chunk, &t) == builtin_attention_path(chunk));
+  CHECK(ladder_queries(AttentionMode::causal_chunk, 512) == 0);
+  CHECK(ladder_queries(AttentionMode::causal_chunk, 1024) == kChunkQueries);
+  CHECK(ladder_queries(AttentionMode::full_prefill, 256) == 256);
   // No non-causal point: the built-in rule.
   const AttentionParams full = shape(12, 12, 64, 4096, 4096, false);
   CHECK(t.nearest_point(full) == -1);
@@ -132,8 +140,8 @@ TEST_CASE("attention paths: calibration measures every mode within its budget, a
   cal.threads = {1, 2};
   cal.reps = 1;
   cal.max_keys = 128;             // ladder points 64 and 128
-  // FLOPs per call 4·n·m·d·heads (causal: half): 64 keys 524 288 (causal 262 144), 128 keys 2 097 152 (causal
-  // 1 048 576): all fit but non-causal 128.
+  // FLOPs per call 4·pairs·d·heads (causal pairs m(m+1)/2): 64 keys 524 288 (causal 266 240), 128 keys
+  // 2 097 152 (causal 1 056 768): all fit but non-causal 128. causal_chunk starts at 1024 keys: none.
   cal.max_flops_per_call = 1.5e6;
   cal.evict_bytes = 1 << 20;
   std::vector<std::string> lines;
@@ -153,8 +161,9 @@ TEST_CASE("attention paths: calibration measures every mode within its budget, a
   CHECK(measured(AttentionMode::decode, 1) > 0);           // decode has no FLOP budget
   CHECK(measured(AttentionMode::causal_prefill, 1) > 0);   // causal 128: within
   CHECK(measured(AttentionMode::full_prefill, 1) == 0);    // non-causal 128: over the budget
+  for (size_t i = 0; i < kPathLadderSize; ++i) CHECK(measured(AttentionMode::causal_chunk, i) == 0);
   CHECK(lines.size() == t.measured_points());
-  CHECK(lines.at(0).find("decode, 64 keys") == 0);
+  CHECK(lines.at(0).find("decode, 1 queries x 64 keys") == 0);
   CHECK(describe_attention_paths(t).find("full_prefill: 64 ") != std::string::npos);
 
   AttentionCalibration bad = cal;

@@ -11,10 +11,11 @@ namespace sqrtdk {
 
 namespace {
 
-// "v1": the ladder of attention_paths.h (64 .. 8192 keys) and the unfused path that blocks its queries past 16 MiB
-// of scores. An entry measured on another ladder or path is ignored and re-measured.
+// "v2": the ladder and the four modes of attention_paths.h (64 .. 8192 keys; decode, causal prompt, causal chunk,
+// non-causal) and the unfused path that blocks its queries past 16 MiB of scores. An entry of another version is
+// ignored and re-measured.
 std::string entry_key(Isa isa, size_t n_heads, size_t n_kv_heads, size_t head_dim) {
-  return "v1|" + machine_cache::cpu_identity() + "|" + isa_name(isa) + "|" + std::to_string(n_heads) + "/" +
+  return "v2|" + machine_cache::cpu_identity() + "|" + isa_name(isa) + "|" + std::to_string(n_heads) + "/" +
          std::to_string(n_kv_heads) + "x" + std::to_string(head_dim);
 }
 
