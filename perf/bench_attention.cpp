@@ -1,6 +1,6 @@
 // bench-attention: multi-head attention, prefill and decode, fused vs unfused (ours) vs an unfused path built
 // from oneDNN primitives (matmul with output scale [+ causal mask as a binary-add post-op], softmax, matmul), same
-// run. Prefill (whole prompts, and causal chunks of 512 queries at the end of a longer prompt, as the engine runs
+// run, prefill samples interleaved (fused, unfused, oneDNN, fused, ...). Prefill (whole prompts, and causal chunks of 512 queries at the end of a longer prompt, as the engine runs
 // them): GFLOP/s counting 4·d per head and (query, key) pair computed, % of the FMA peak measured in this run,
 // peak scratch memory. Decode (one query against a cache of m keys): GB/s of K and V read with the caches cold
 // (96 MiB written before each call, so K/V come from DRAM as in a real forward pass) and, for reference, warm;
@@ -232,14 +232,20 @@ int main(int argc, char** argv) {
           const double pairs = causal ? double(n) * double(m - n) + 0.5 * double(n) * double(n + 1) : double(n) * double(m);
           const double flops = 4.0 * pairs * double(hc.head_dim) * double(hc.n_heads);
           AttentionWorkspace ws_fused, ws_unfused;
-          const double s_fused = median_seconds([&] { ops::attention(isa, pr.p, ws_fused, t, AttentionPath::fused); },
-                                                args.reps);
-          const double s_unfused = median_seconds(
-              [&] { ops::attention(isa, pr.p, ws_unfused, t, AttentionPath::unfused); }, args.reps);
           omp_set_num_threads(t);  // oneDNN plans its split at creation and runs on the OpenMP default
           OnednnAttention dnnl_attn(pr.p);
-          const double s_dnnl = median_seconds([&] { dnnl_attn.run(); }, args.reps);
           omp_set_num_threads(saved_threads);
+          // The three interleaved per sample, so drift in the VM's load falls on all alike.
+          const std::vector<double> secs = interleaved_medians(
+              {[&] { ops::attention(isa, pr.p, ws_fused, t, AttentionPath::fused); },
+               [&] { ops::attention(isa, pr.p, ws_unfused, t, AttentionPath::unfused); },
+               [&] {
+                 omp_set_num_threads(t);
+                 dnnl_attn.run();
+                 omp_set_num_threads(saved_threads);
+               }},
+              args.reps);
+          const double s_fused = secs[0], s_unfused = secs[1], s_dnnl = secs[2];
           const double gf = flops / s_fused / 1e9, gu = flops / s_unfused / 1e9, gd = flops / s_dnnl / 1e9;
           const AttentionPath chosen = ops::choose_attention_path(pr.p, table_for(hc));
           const auto [auto_text, auto_loss] =

@@ -186,7 +186,7 @@ AttentionPathTable calibrate_attention_paths(Isa isa, size_t n_heads, size_t n_k
         attention(isa, pr.p, ws_unfused, t, AttentionPath::unfused);
         const double call = std::max(sample_seconds(isa, pr.p, ws_fused, t, AttentionPath::fused, nullptr),
                                      sample_seconds(isa, pr.p, ws_unfused, t, AttentionPath::unfused, nullptr));
-        const int reps = std::clamp(static_cast<int>(0.1 / call) + 1, 1, options.reps);
+        const int reps = std::clamp(static_cast<int>(0.1 / call) + 1, std::min(3, options.reps), options.reps);
         std::vector<double> fused, unfused;
         for (int r = 0; r < reps; ++r) {
           const bool fused_first = r % 2 == 0;

@@ -123,6 +123,32 @@ double median_seconds(const std::function<void()>& fn, int reps, double min_seco
   return median(samples);
 }
 
+// Median seconds per call of each of fns, timed in turn (fns[0], fns[1], ..., fns[0], ...) so that noise from
+// other processes on this shared machine hits all alike. Each sample repeats a call enough times to last ≥ 5 ms.
+std::vector<double> interleaved_medians(const std::vector<std::function<void()>>& fns, int reps) {
+  auto inner_count = [](const std::function<void()>& fn) {
+    fn();  // warm-up: faults in scratch and outputs, wakes the thread pools
+    const double t0 = now_seconds();
+    fn();
+    const double once = now_seconds() - t0;
+    return std::max(1, static_cast<int>(std::min(1000.0, 0.005 / std::max(once, 1e-9))));
+  };
+  std::vector<int> inner;
+  for (const auto& fn : fns) inner.push_back(inner_count(fn));
+  auto sample = [](const std::function<void()>& fn, int n) {
+    wait_for_idle_threads();  // the previous contender's spinning workers must not hold this one's cores
+    const double t0 = now_seconds();
+    for (int i = 0; i < n; ++i) fn();
+    return (now_seconds() - t0) / n;
+  };
+  std::vector<std::vector<double>> samples(fns.size());
+  for (int r = 0; r < reps; ++r)
+    for (size_t i = 0; i < fns.size(); ++i) samples[i].push_back(sample(fns[i], inner[i]));
+  std::vector<double> out;
+  for (auto& s : samples) out.push_back(median(s));
+  return out;
+}
+
 double median_seconds_cold(const std::function<void()>& fn, int reps) {
   wait_for_idle_threads();
   // Written before each timed call: twice the L3 (at least 96 MiB: 3x a 32 MiB L3 when sysfs says nothing), so
