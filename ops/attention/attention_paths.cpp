@@ -188,15 +188,20 @@ AttentionPathTable calibrate_attention_paths(Isa isa, size_t n_heads, size_t n_k
                                      sample_seconds(isa, pr.p, ws_unfused, t, AttentionPath::unfused, nullptr));
         const int reps = std::clamp(static_cast<int>(0.1 / call) + 1, std::min(3, options.reps), options.reps);
         std::vector<double> fused, unfused;
-        for (int r = 0; r < reps; ++r) {
-          const bool fused_first = r % 2 == 0;
-          for (int k = 0; k < 2; ++k) {
-            const bool f = (k == 0) == fused_first;
-            (f ? fused : unfused)
-                .push_back(sample_seconds(isa, pr.p, f ? ws_fused : ws_unfused, t,
-                                          f ? AttentionPath::fused : AttentionPath::unfused, cold));
+        auto take_samples = [&](int count) {
+          for (int r = 0; r < count; ++r) {
+            const bool fused_first = r % 2 == 0;
+            for (int k = 0; k < 2; ++k) {
+              const bool f = (k == 0) == fused_first;
+              (f ? fused : unfused)
+                  .push_back(sample_seconds(isa, pr.p, f ? ws_fused : ws_unfused, t,
+                                            f ? AttentionPath::fused : AttentionPath::unfused, cold));
+            }
           }
-        }
+        };
+        take_samples(reps);
+        // A near tie (within 5%) is where noise flips the choice: twice the samples there.
+        if (std::fabs(std::log(median(fused) / median(unfused))) < std::log(1.05)) take_samples(reps);
         const double ratio = median(fused) / median(unfused);
         log_ratio += std::log(ratio);
         char buf[96];
