@@ -10,6 +10,7 @@
 
 #include <sqrtdk/convert.h>
 #include "engine/src/import/safetensors.h"
+#include "ops/gemm/gemm.h"
 #include "tests/common/golden.h"
 #include "tests/common/npy.h"
 #include "tests/common/safetensors_writer.h"
@@ -143,21 +144,34 @@ TEST_CASE("convert: golden HF checkpoints match PyTorch's logits") {
 
     const std::vector<float> logits = prefill_all(dir.file("m.sqdk"), tokens);
     REQUIRE(logits.size() == expected.size());
+    // A bf16 checkpoint on a core where the engine takes the vdpbf16ps kernel (ops::bf16_weights_isa: Zen 4/5, not
+    // the Xeons seen so far) rounds every linear layer's activations to bf16 as well as its weights, an error the
+    // fixture's f32 bound does not allow for: u = 2^-9 relative per activation, and a logit gathers it from each
+    // linear layer on its path (q/k/v, output, gate/up, down, LM head, per layer). The bound is 8u of max |logit|
+    // (1.6%); measured on Zen 5: 0.52% (llama_gqa) and 0.56% (llama_hd80). The f32 routes below keep the fixture's.
+    const Isa isa = Model::load(dir.file("m.sqdk"))->isa();
+    const bool bf16_dot = r.dtype == DType::bf16 && isa >= Isa::avx512_bf16 && ops::bf16_weights_isa(isa) == isa;
+    double max_logit = 0;
+    for (const float v : expected.data) max_logit = std::max(max_logit, std::fabs(double{v}));
+    const double bound = bf16_dot ? 8.0 * std::ldexp(1.0, -9) * max_logit : tolerance;
+    CAPTURE(bf16_dot);
     const double err = max_abs_diff(logits.data(), expected.data.data(), logits.size());
-    CHECK_MESSAGE(err <= tolerance, name << ": max abs error " << err << " > bound " << tolerance);
+    CHECK_MESSAGE(err <= bound, name << ": max abs error " << err << " > bound " << bound);
 
     // --dtype f32 widens exactly, so it computes the same logits (to float noise of the packing path).
     ConvertOptions wide;
     wide.dtype = DType::f32;
     convert_hf_checkpoint(golden_dir(name) + "/hf", dir.file("m32.sqdk"), wide);
     const std::vector<float> logits32 = prefill_all(dir.file("m32.sqdk"), tokens);
-    CHECK(max_abs_diff(logits32.data(), logits.data(), logits.size()) <= tolerance);
+    CHECK(max_abs_diff(logits32.data(), expected.data.data(), logits.size()) <= tolerance);
+    CHECK(max_abs_diff(logits32.data(), logits.data(), logits.size()) <= bound);
 
     // The fixture's direct .sqdk route, when it ships one.
     if (!fixture["files"]["sqdk"].is_null()) {
       const std::vector<float> direct =
           prefill_all(golden_dir(name) + "/" + fixture["files"]["sqdk"].get<std::string>(), tokens);
-      CHECK(max_abs_diff(direct.data(), logits.data(), logits.size()) <= tolerance);
+      CHECK(max_abs_diff(direct.data(), logits.data(), logits.size()) <= bound);
+      CHECK(max_abs_diff(direct.data(), expected.data.data(), logits.size()) <= tolerance);
     }
   }
 }

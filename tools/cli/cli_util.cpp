@@ -14,7 +14,7 @@
 
 namespace sqrtdk::cli {
 
-void ModelArgs::add_to(CLI::App& cmd, bool with_threads) {
+void ModelArgs::add_to(CLI::App& cmd, bool with_threads, bool with_attention_paths) {
   cmd.add_option("-m,--model", model, "model file (.sqdk); default: the bundled model")->capture_default_str();
   if (with_threads) cmd.add_option("-t,--threads", threads, "threads (0: all cores)")->check(number_in(0, 1024));
   cmd.add_option("--isa", isa, "force an ISA: ref, avx2, avx512 (default: best, or SQRTDK_ISA)")
@@ -23,6 +23,7 @@ void ModelArgs::add_to(CLI::App& cmd, bool with_threads) {
   cmd.add_flag("--check-finite", check_finite, "refuse a model whose weights hold NaN or Inf (names the tensor)");
   cmd.add_option("--max-model-mb", max_model_mb, "refuse model files larger than this (MiB; 0 = no cap)")
       ->check(at_least(0, false));
+  if (!with_attention_paths) return;
   cmd.add_option("--attention-paths", attention_paths,
                  "fused vs unfused attention per shape: cached (this machine's measured table if any, else the "
                  "built-in rule), calibrate (measure if not cached), recalibrate, builtin")

@@ -22,8 +22,9 @@ struct ModelArgs {
   bool check_finite = false;
   double max_model_mb = 0;
   std::string attention_paths = "cached";  // ModelOptions::attention_paths by name
-  // with_threads false: the subcommand defines its own --threads (e.g. a list).
-  void add_to(CLI::App& cmd, bool with_threads = true);
+  // with_threads false: the subcommand defines its own --threads (e.g. a list). with_attention_paths false: the
+  // subcommand sets attention_paths itself (sqrtdk calibrate).
+  void add_to(CLI::App& cmd, bool with_threads = true, bool with_attention_paths = true);
   std::shared_ptr<const Model> load() const;
 };
 

@@ -52,13 +52,14 @@ void add_calibrate_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand(
       "calibrate", "Measure which attention path is faster here for a model's heads, and cache it for later loads.");
   cmd->footer(
-      "Times the fused and unfused attention paths for the model's head configuration at 64 .. 8192 keys (decode,\n"
-      "causal and non-causal prefill; prefill points over 8 GFLOP a call are skipped) at 1 thread and all cores,\n"
+      "Times the fused and unfused attention paths for the model's head configuration at 64 .. 8192 keys, up to\n"
+      "the model's context (decode; a causal whole prompt; a causal 512-query chunk of a longer prompt; non-causal\n"
+      "prefill; points over 80 GFLOP a call are skipped) at 1 thread and at all cores,\n"
       "and stores the ratios in ($XDG_CACHE_HOME or ~/.cache)/sqrtdk/attention_paths.json. Later loads of any model\n"
       "with the same heads on this CPU and ISA take the measured path (--attention-paths cached, the default).\n"
       "SQRTDK_VERBOSE=1 prints each point as it is measured.\n"
       "Examples:\n  sqrtdk calibrate\n  sqrtdk calibrate --model m.sqdk --recalibrate");
-  a->model.add_to(*cmd, /*with_threads=*/false);
+  a->model.add_to(*cmd, /*with_threads=*/false, /*with_attention_paths=*/false);
   cmd->add_flag("--recalibrate", a->recalibrate, "measure again even if a table is cached, and replace it");
   cmd->add_flag("--json", a->json, "print JSON instead of text");
   cmd->callback([a] { calibrate(*a); });

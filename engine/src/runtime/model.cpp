@@ -186,13 +186,15 @@ std::shared_ptr<const Model> Model::load(const std::string& path, const ModelOpt
   m.attention_paths_source = std::move(paths.source);
 
   m.load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  if (verbose())
+  if (verbose()) {
     std::fprintf(stderr, "sqrtdk: loaded %s (%s, %u layers, %.1f M params, ISA %s) in %.3f s, scans on up to %d "
                  "thread(s)\n", path.c_str(), m.family->name, c.n_layers, m.n_params / 1e6, isa_name(m.weights.isa),
                  m.load_seconds, resolve_threads(load.n_threads));
-  if (verbose())
-    std::fprintf(stderr, "sqrtdk: attention paths: %s\n%s", m.attention_paths_source.c_str(),
-                 m.weights.attention_paths.measured_points() ? ops::describe_attention_paths(m.weights.attention_paths).c_str() : "");
+    const std::string table = m.weights.attention_paths.measured_points()
+                                  ? ops::describe_attention_paths(m.weights.attention_paths)
+                                  : std::string();
+    std::fprintf(stderr, "sqrtdk: attention paths: %s\n%s", m.attention_paths_source.c_str(), table.c_str());
+  }
   return std::shared_ptr<const Model>(new Model(std::move(impl)));
 }
 
