@@ -391,6 +391,10 @@ TEST_CASE("cli: calibrate measures the model's heads once, then loads read the t
       run_cli(dir, "run --attention-paths builtin --model '" + toy + "' --tokens 1,2,3", env + " SQRTDK_VERBOSE=1");
   CHECK(contains(builtin.err, "attention paths: built-in rule"));
   CHECK(run_cli(dir, "run --attention-paths sometimes --model '" + toy + "'", env).exit_code == 1);
+  // calibrate sets the policy itself (--recalibrate), so it does not offer the option it would ignore.
+  const CliResult calibrate_builtin = run_cli(dir, "calibrate --attention-paths builtin --model '" + toy + "'", env);
+  CHECK(calibrate_builtin.exit_code == 1);
+  CHECK(contains(calibrate_builtin.err, "--attention-paths"));
 }
 
 }  // namespace sqrtdk::test
