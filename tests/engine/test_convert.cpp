@@ -26,8 +26,10 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <memory>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <sys/stat.h>
@@ -111,10 +113,13 @@ double max_abs_diff(const float* a, const float* b, size_t n) {
   return m;
 }
 
-std::vector<float> prefill_all(const std::string& model_path, const std::vector<uint32_t>& tokens) {
-  Session session(Model::load(model_path));
+std::vector<float> prefill_all(std::shared_ptr<const Model> model, const std::vector<uint32_t>& tokens) {
+  Session session(std::move(model));
   const auto logits = session.prefill(tokens, true);
   return {logits.begin(), logits.end()};
+}
+std::vector<float> prefill_all(const std::string& model_path, const std::vector<uint32_t>& tokens) {
+  return prefill_all(Model::load(model_path), tokens);
 }
 
 }  // namespace
@@ -142,14 +147,15 @@ TEST_CASE("convert: golden HF checkpoints match PyTorch's logits") {
     // The default output dtype is the checkpoint's own (lossless).
     CHECK(dtype_name(r.dtype) == fixture["files"]["hf_safetensors_dtype"].get<std::string>());
 
-    const std::vector<float> logits = prefill_all(dir.file("m.sqdk"), tokens);
+    const std::shared_ptr<const Model> model = Model::load(dir.file("m.sqdk"));
+    const std::vector<float> logits = prefill_all(model, tokens);
     REQUIRE(logits.size() == expected.size());
     // A bf16 checkpoint on a core where the engine takes the vdpbf16ps kernel (ops::bf16_weights_isa: Zen 4/5, not
     // the Xeons seen so far) rounds every linear layer's activations to bf16 as well as its weights, an error the
     // fixture's f32 bound does not allow for: u = 2^-9 relative per activation, and a logit gathers it from each
     // linear layer on its path (q/k/v, output, gate/up, down, LM head, per layer). The bound is 8u of max |logit|
     // (1.6%); measured on Zen 5: 0.52% (llama_gqa) and 0.56% (llama_hd80). The f32 routes below keep the fixture's.
-    const Isa isa = Model::load(dir.file("m.sqdk"))->isa();
+    const Isa isa = model->isa();
     const bool bf16_dot = r.dtype == DType::bf16 && isa >= Isa::avx512_bf16 && ops::bf16_weights_isa(isa) == isa;
     double max_logit = 0;
     for (const float v : expected.data) max_logit = std::max(max_logit, std::fabs(double{v}));
