@@ -8,21 +8,12 @@
 
 #include <sys/resource.h>
 
+#include "tests/common/sanitizer.h"
+
 namespace sqrtdk::test {
 
 // Sanitizer runtimes reserve terabytes of address space for shadow memory, so a cap cannot be set under them: tests
-// that need one are skipped there (the release build runs them).
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-inline constexpr bool kUnderSanitizer = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || __has_feature(memory_sanitizer)
-inline constexpr bool kUnderSanitizer = true;
-#else
-inline constexpr bool kUnderSanitizer = false;
-#endif
-#else
-inline constexpr bool kUnderSanitizer = false;
-#endif
+// that need one are skipped there (test::kUnderSanitizer, tests/common/sanitizer.h; the release build runs them).
 
 inline bool cap_address_space(size_t extra_bytes) {
   size_t mapped_kib = 0;  // libraries, thread stacks, malloc arenas
