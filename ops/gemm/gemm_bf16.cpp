@@ -64,10 +64,10 @@ void gemm_bf16_ref(const float* src, size_t M, size_t lda, const uint16_t* weigh
 namespace gemm_detail {
 
 namespace {
-size_t ref_panel_bytes(size_t K) { return K * sizeof(uint16_t); }
-size_t ref_src_row_bytes(size_t) { return 0; }  // reads the f32 src in place
-void ref_prepare(const float*, size_t, size_t, size_t, size_t, uint8_t*, float*) {}
-void ref_region(const TypedGemmCall& call, size_t m0, size_t m1, size_t n0, size_t n1) {
+size_t bf16_ref_panel_bytes(size_t K) { return K * sizeof(uint16_t); }
+size_t bf16_ref_src_row_bytes(size_t) { return 0; }  // reads the f32 src in place
+void bf16_ref_prepare(const float*, size_t, size_t, size_t, size_t, uint8_t*, float*) {}
+void bf16_ref_region(const TypedGemmCall& call, size_t m0, size_t m1, size_t n0, size_t n1) {
   // Each element read fully (operands first), then written: dst may alias the epilogue operands.
   const auto* w = reinterpret_cast<const uint16_t*>(call.typed_panels);
   for (size_t m = m0; m < m1; ++m)
@@ -83,7 +83,7 @@ void ref_pack(const uint16_t* weights, size_t ld, size_t, size_t K, size_t n0, s
 }
 }  // namespace
 
-const Bf16Kernels kBf16KernelsRef{{1, 1, 1, 1, 1}, ref_panel_bytes, ref_src_row_bytes, ref_prepare, ref_region,
+const Bf16Kernels kBf16KernelsRef{{1, 1, 1, 1, 1}, bf16_ref_panel_bytes, bf16_ref_src_row_bytes, bf16_ref_prepare, bf16_ref_region,
                                   ref_pack};
 
 std::span<const KernelEntry<Bf16Kernels>> gemm_bf16_kernels() {

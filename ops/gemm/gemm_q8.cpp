@@ -87,13 +87,13 @@ void gemm_q8_ref(const float* src, size_t M, size_t lda, const Q8Block* weights,
 namespace gemm_detail {
 
 namespace {
-size_t ref_panel_bytes(size_t K) { return K / kQ8BlockSize * sizeof(Q8Block); }
-size_t ref_src_row_bytes(size_t K) { return K; }  // int8, as quantize_src_row_q8
-void ref_prepare(const float* src, size_t lda, size_t m0, size_t m1, size_t K, uint8_t* out, float* scales) {
+size_t q8_ref_panel_bytes(size_t K) { return K / kQ8BlockSize * sizeof(Q8Block); }
+size_t q8_ref_src_row_bytes(size_t K) { return K; }  // int8, as quantize_src_row_q8
+void q8_ref_prepare(const float* src, size_t lda, size_t m0, size_t m1, size_t K, uint8_t* out, float* scales) {
   for (size_t m = m0; m < m1; ++m)
     quantize_src_row_q8(src + m * lda, K, reinterpret_cast<int8_t*>(out + m * K), scales + m);
 }
-void ref_region(const TypedGemmCall& call, size_t m0, size_t m1, size_t n0, size_t n1) {
+void q8_ref_region(const TypedGemmCall& call, size_t m0, size_t m1, size_t n0, size_t n1) {
   const auto* w = reinterpret_cast<const Q8Block*>(call.typed_panels);
   const size_t blocks = call.K / kQ8BlockSize;
   for (size_t m = m0; m < m1; ++m)
@@ -103,15 +103,15 @@ void ref_region(const TypedGemmCall& call, size_t m0, size_t m1, size_t n0, size
           epilogue_ref_at(static_cast<double>(call.src_scales[m]) * q8_dot_ref(qa, w + n * blocks, call.K), call, m, n);
     }
 }
-void ref_pack(const Q8Block* weights, size_t ld, size_t, size_t K, size_t n0, size_t n1, uint8_t* panels) {
+void q8_ref_pack(const Q8Block* weights, size_t ld, size_t, size_t K, size_t n0, size_t n1, uint8_t* panels) {
   const size_t blocks = K / kQ8BlockSize;
   for (size_t n = n0; n < n1; ++n)
     std::memcpy(panels + n * blocks * sizeof(Q8Block), weights + n * ld, blocks * sizeof(Q8Block));
 }
 }  // namespace
 
-const Q8Kernels kQ8KernelsRef{{1, 1, kQ8BlockSize, 1, 1}, ref_panel_bytes, ref_src_row_bytes, ref_prepare,
-                              ref_region, ref_pack};
+const Q8Kernels kQ8KernelsRef{{1, 1, kQ8BlockSize, 1, 1}, q8_ref_panel_bytes, q8_ref_src_row_bytes, q8_ref_prepare,
+                              q8_ref_region, q8_ref_pack};
 
 std::span<const KernelEntry<Q8Kernels>> gemm_q8_kernels() {
   static const KernelEntry<Q8Kernels> table[] = {

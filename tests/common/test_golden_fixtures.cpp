@@ -5,6 +5,7 @@
 // the executor's golden tests; this only guards the data they read.
 #include <doctest/doctest.h>
 
+#include "tests/common/files.h"
 #include "tests/common/golden.h"
 #include "tests/common/npy.h"
 
@@ -20,12 +21,8 @@ using namespace sqrtdk;
 
 namespace {
 
+using sqrtdk::test::read_json;
 
-nlohmann::json read_json(const std::string& path) {
-  std::ifstream f(path);
-  REQUIRE_MESSAGE(f, "cannot open " << path);
-  return nlohmann::json::parse(f);
-}
 
 }  // namespace
 

@@ -6,6 +6,8 @@
 #include <sqrtdk/error.h>
 
 #include <doctest/doctest.h>
+
+#include "tests/common/files.h"
 #include <nlohmann/json.hpp>
 
 #include <fstream>
@@ -16,13 +18,9 @@ using namespace sqrtdk;
 
 namespace {
 
-std::string chat_data(const std::string& file) { return std::string(SQRTDK_TEST_DATA_DIR) + "/chat/" + file; }
+using sqrtdk::test::read_json;
 
-nlohmann::json read_json(const std::string& path) {
-  std::ifstream in(path);
-  REQUIRE_MESSAGE(in.good(), "cannot open " << path);
-  return nlohmann::json::parse(in);
-}
+std::string chat_data(const std::string& file) { return std::string(SQRTDK_TEST_DATA_DIR) + "/chat/" + file; }
 
 std::string read_text(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

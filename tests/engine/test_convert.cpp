@@ -11,6 +11,7 @@
 #include <sqrtdk/convert.h>
 #include "engine/src/import/safetensors.h"
 #include "ops/gemm/gemm.h"
+#include "tests/common/files.h"
 #include "tests/common/golden.h"
 #include "tests/common/npy.h"
 #include "tests/common/safetensors_writer.h"
@@ -44,12 +45,6 @@ using nlohmann::json;
 
 
 using test::golden_dir;
-
-json read_json(const std::string& path) {
-  std::ifstream f(path);
-  REQUIRE(f.good());
-  return json::parse(f);
-}
 
 void write_text(const std::string& path, const std::string& text) {
   std::ofstream f(path, std::ios::binary | std::ios::trunc);

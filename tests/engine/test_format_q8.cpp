@@ -1,6 +1,7 @@
 // q8 (GGUF block_q8_0) and native bf16 weights in .sqdk: the format (round trip, sizes, errors, Python writer
 // parity), the loader (bf16/q8 layers packed natively, through the C API), `convert` of a .sqdk to bf16/q8, GGUF
 // Q8_0 import block for block, `inspect`.
+#include "tests/common/files.h"
 #include "tests/engine/test_format_util.h"
 
 #include <sqrtdk/convert.h>
@@ -19,16 +20,6 @@ using namespace sqrtdk::test;
 
 namespace {
 
-int run(const std::string& command) {
-  const int status = std::system(command.c_str());
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-std::string read_text(const std::string& path) {
-  const auto b = read_bytes(path);
-  return {b.begin(), b.end()};
-}
-const std::string kPython = "/usr/bin/python3";
-const std::string kCli = std::string(SQRTDK_BIN_DIR) + "/sqrtdk";
 const std::string kBundled = SQRTDK_SOURCE_DIR "/models/tiny-llama-bytes.sqdk";
 
 std::string error_of(const std::function<void()>& fn) {
@@ -190,13 +181,13 @@ TEST_CASE("format q8: sizes, shapes and scales the loader refuses") {
 TEST_CASE("format q8: tools/sqdk.py writes q8 byte-identical to the C++ writer") {
   TempDir dir;
   const std::string py = dir.file("q8_py.sqdk"), cpp = dir.file("q8_cpp.sqdk");
-  if (run(kPython + " " SQRTDK_SOURCE_DIR "/tools/sqdk.py from-spec " + fixture_spec_path("q8") + " " + py + " 2>" +
+  if (run_shell(kPython + " " SQRTDK_SOURCE_DIR "/tools/sqdk.py from-spec " + fixture_spec_path("q8") + " " + py + " 2>" +
           dir.file("err.txt")) != 0) {
-    if (run(kPython + " -c 'import numpy' >/dev/null 2>&1") != 0) {
+    if (run_shell(kPython + " -c 'import numpy' >/dev/null 2>&1") != 0) {
       MESSAGE("skipped: " << kPython << " cannot import numpy (install python3-numpy to run this check)");
       return;
     }
-    FAIL("tools/sqdk.py failed: " << read_text(dir.file("err.txt")));
+    FAIL("tools/sqdk.py failed: " << slurp(dir.file("err.txt")));
   }
   write_fixture(load_fixture("q8"), cpp);
   const auto a = read_bytes(py), b = read_bytes(cpp);
@@ -227,7 +218,7 @@ TEST_CASE("format q8: tools/sqdk.py writes q8 byte-identical to the C++ writer")
   const std::string script = "import sys, numpy as np; sys.path.insert(0, '" SQRTDK_SOURCE_DIR "/tools'); "
                              "import sqdk; open('" + out + "', 'wb').write(sqdk.quantize_q8(np.fromfile('" + in +
                              "', dtype='<f4')).tobytes())";
-  REQUIRE(run(kPython + " -c \"" + script + "\"") == 0);
+  REQUIRE(run_shell(kPython + " -c \"" + script + "\"") == 0);
   const auto got = read_bytes(out);
   REQUIRE(got.size() == want.size() * 34);
   CHECK(std::memcmp(got.data(), want.data(), got.size()) == 0);
@@ -358,21 +349,21 @@ TEST_CASE("convert and inspect CLI: a .sqdk input by its magic, --dtype q8, insp
   }
   TempDir dir;
   const std::string out = dir.file("m.q8"), log = dir.file("log.txt");  // the name says nothing: the magic does
-  REQUIRE(run(kCli + " convert " + kBundled + " -o " + out + " --dtype q8 --head-dtype f32 --quiet > " + log) == 0);
-  CHECK(read_text(log).find("q8 (embeddings and head f32)") != std::string::npos);
-  REQUIRE(run(kCli + " inspect --json " + out + " > " + log) == 0);
-  const auto j = nlohmann::json::parse(read_text(log));
+  REQUIRE(run_shell(kCli + " convert " + kBundled + " -o " + out + " --dtype q8 --head-dtype f32 --quiet > " + log) == 0);
+  CHECK(slurp(log).find("q8 (embeddings and head f32)") != std::string::npos);
+  REQUIRE(run_shell(kCli + " inspect --json " + out + " > " + log) == 0);
+  const auto j = nlohmann::json::parse(slurp(log));
   CHECK(j["tensors"][0]["dtype"] == "f32");  // tok_emb
   CHECK(j["tensors"][2]["dtype"] == "q8");   // blk.0.attn_q.weight
   CHECK(j["tensors"][2]["bytes"] == 256 * 256 / 32 * 34);
   CHECK(j["bytes_by_dtype"]["q8"]["tensors"] == 28);
-  REQUIRE(run(kCli + " inspect " + out + " > " + log) == 0);
-  const std::string text = read_text(log);
+  REQUIRE(run_shell(kCli + " inspect " + out + " > " + log) == 0);
+  const std::string text = slurp(log);
   CHECK(text.find("blk.0.attn_q.weight") != std::string::npos);
   CHECK(text.find(" q8 ") != std::string::npos);
   CHECK(text.find("dtypes      f32") != std::string::npos);
   // A bad --dtype is refused by the command line.
-  CHECK(run(kCli + " convert " + kBundled + " -o " + dir.file("x.sqdk") + " --dtype q4 > /dev/null 2>&1") != 0);
+  CHECK(run_shell(kCli + " convert " + kBundled + " -o " + dir.file("x.sqdk") + " --dtype q4 > /dev/null 2>&1") != 0);
 }
 
 TEST_CASE("loader: bf16 and q8 layers pack natively, a layer mixing types is widened to f32") {

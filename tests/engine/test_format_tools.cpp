@@ -1,6 +1,7 @@
 // The format's tools: tools/sqdk.py writes byte-identical files to the C++ writer; `sqrtdk make-toy` is
 // deterministic and its output loads; `sqrtdk inspect` reports, and fails with one line and exit 2 on a bad file;
 // a writer killed mid-write never leaves a partial file under the final name.
+#include "tests/common/files.h"
 #include "tests/engine/test_format_util.h"
 #include "tests/common/close.h"
 
@@ -16,20 +17,6 @@ using namespace sqrtdk::test;
 
 namespace {
 
-// Runs a shell command, returns its exit status (or -1 if it did not exit normally).
-int run(const std::string& command) {
-  const int status = std::system(command.c_str());
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
-std::string read_text(const std::string& path) {
-  const auto b = read_bytes(path);
-  return {b.begin(), b.end()};
-}
-
-const std::string kPython = "/usr/bin/python3";
-const std::string kCli = std::string(SQRTDK_BIN_DIR) + "/sqrtdk";
-
 bool have_cli() { return std::filesystem::exists(kCli); }
 
 }  // namespace
@@ -41,12 +28,12 @@ TEST_CASE("format tools: tools/sqdk.py writes files byte-identical to the C++ wr
     command.append(" ").append(fixture_spec_path(family));
     command.append(" ").append(dir.file(family + "_py.sqdk"));
   }
-  if (run(command + " 2>" + dir.file("err.txt")) != 0) {  // one Python start: importing numpy takes ~1 s here
-    if (run(kPython + " -c 'import numpy' >/dev/null 2>&1") != 0) {
+  if (run_shell(command + " 2>" + dir.file("err.txt")) != 0) {  // one Python start: importing numpy takes ~1 s here
+    if (run_shell(kPython + " -c 'import numpy' >/dev/null 2>&1") != 0) {
       MESSAGE("skipped: " << kPython << " cannot import numpy (install python3-numpy to run this check)");
       return;
     }
-    FAIL("tools/sqdk.py failed: " << read_text(dir.file("err.txt")));
+    FAIL("tools/sqdk.py failed: " << slurp(dir.file("err.txt")));
   }
   for (const char* family : {"gpt2", "llama"}) {
     INFO(family);
@@ -71,9 +58,9 @@ TEST_CASE("format tools: make-toy is deterministic and loads; inspect reports it
   TempDir dir;
   const std::string a = dir.file("a.sqdk"), b = dir.file("b.sqdk"), c = dir.file("c.sqdk");
   const std::string args = " --d-model 32 --n-layers 2 --n-heads 4 --n-kv-heads 2 --n-vocab 260 --max-seq 16";
-  REQUIRE(run(kCli + " make-toy -o " + a + " --arch llama --seed 7 --dtype bf16" + args + " >/dev/null") == 0);
-  REQUIRE(run(kCli + " make-toy -o " + b + " --arch llama --seed 7 --dtype bf16" + args + " >/dev/null") == 0);
-  REQUIRE(run(kCli + " make-toy -o " + c + " --arch llama --seed 8 --dtype bf16" + args + " >/dev/null") == 0);
+  REQUIRE(run_shell(kCli + " make-toy -o " + a + " --arch llama --seed 7 --dtype bf16" + args + " >/dev/null") == 0);
+  REQUIRE(run_shell(kCli + " make-toy -o " + b + " --arch llama --seed 7 --dtype bf16" + args + " >/dev/null") == 0);
+  REQUIRE(run_shell(kCli + " make-toy -o " + c + " --arch llama --seed 8 --dtype bf16" + args + " >/dev/null") == 0);
   CHECK(read_bytes(a) == read_bytes(b));
   CHECK(read_bytes(a) != read_bytes(c));
   LoadOptions opts;
@@ -96,8 +83,8 @@ TEST_CASE("format tools: make-toy is deterministic and loads; inspect reports it
   for (float x : norm) CHECK(std::abs(x - 1.0f) < 0.15f);
 
   const std::string json = dir.file("inspect.json");
-  REQUIRE(run(kCli + " inspect --json --check " + a + " > " + json) == 0);
-  const auto j = nlohmann::json::parse(read_text(json));
+  REQUIRE(run_shell(kCli + " inspect --json --check " + a + " > " + json) == 0);
+  const auto j = nlohmann::json::parse(slurp(json));
   CHECK(j["config"]["arch"] == "llama");
   CHECK(j["checksums"] == "verified");
   CHECK(j["n_params"].get<uint64_t>() == wf->config().n_params());
@@ -105,11 +92,11 @@ TEST_CASE("format tools: make-toy is deterministic and loads; inspect reports it
   CHECK(j["tensors"][0]["name"] == "tok_emb");
   CHECK(j["tensors"][0]["nonfinite"] == 0);
   const std::string table = dir.file("inspect.txt");
-  REQUIRE(run(kCli + " inspect " + a + " > " + table) == 0);
-  const std::string text = read_text(table);
+  REQUIRE(run_shell(kCli + " inspect " + a + " > " + table) == 0);
+  const std::string text = slurp(table);
   CHECK(text.find("checksums   verified") != std::string::npos);
   CHECK(text.find("blk.1.ffn_down.weight") != std::string::npos);
-  CHECK(run(kCli + " make-toy -o " + c + " --arch llama --seed 1 --n-heads 3 --n-kv-heads 2 >/dev/null 2>&1") == 2);
+  CHECK(run_shell(kCli + " make-toy -o " + c + " --arch llama --seed 1 --n-heads 3 --n-kv-heads 2 >/dev/null 2>&1") == 2);
 }
 
 TEST_CASE("format tools: inspect fails with one line and exit 2 on a bad file, --check names NaN tensors") {
@@ -122,21 +109,21 @@ TEST_CASE("format tools: inspect fails with one line and exit 2 on a bad file, -
   auto b = fixture_bytes("llama");
   b[b.size() - 3] ^= 1;  // corrupt lm_head.weight
   write_bytes(bad, b);
-  CHECK(run(kCli + " inspect " + bad + " >/dev/null 2> " + err) == 2);
-  std::string text = read_text(err);
+  CHECK(run_shell(kCli + " inspect " + bad + " >/dev/null 2> " + err) == 2);
+  std::string text = slurp(err);
   CHECK(text.rfind("sqrtdk: error: " + bad + ": tensor 'lm_head.weight': checksum mismatch", 0) == 0);
   CHECK(std::count(text.begin(), text.end(), '\n') == 1);
-  CHECK(run(kCli + " inspect --no-verify " + bad + " >/dev/null 2>&1") == 0);
+  CHECK(run_shell(kCli + " inspect --no-verify " + bad + " >/dev/null 2>&1") == 0);
 
   Fixture fx = load_fixture("gpt2");
   fx.tensors[4].values[0] = std::numeric_limits<float>::infinity();  // blk.0.attn_qkv.weight
   encode(fx.tensors[4]);
   const std::string nan = dir.file("nan.sqdk");
   write_fixture(fx, nan);
-  CHECK(run(kCli + " inspect --check " + nan + " >/dev/null 2> " + err) == 2);
-  text = read_text(err);
+  CHECK(run_shell(kCli + " inspect --check " + nan + " >/dev/null 2> " + err) == 2);
+  text = slurp(err);
   CHECK(text.find("1 tensor(s) hold NaN or Inf: 'blk.0.attn_qkv.weight'") != std::string::npos);
-  CHECK(run(kCli + " inspect " + nan + " >/dev/null 2>&1") == 0);  // without --check it is a valid file
+  CHECK(run_shell(kCli + " inspect " + nan + " >/dev/null 2>&1") == 0);  // without --check it is a valid file
 }
 
 TEST_CASE("format tools: a writer killed mid-write leaves no partial file under the final name") {

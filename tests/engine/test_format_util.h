@@ -19,6 +19,7 @@
 #include <initializer_list>
 #include <iterator>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <unistd.h>
@@ -28,6 +29,18 @@ namespace sqrtdk::test {
 inline std::vector<unsigned char> read_bytes(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
+}
+
+// name -> f32 values of every tensor of a .sqdk file, in file order.
+inline std::vector<std::pair<std::string, std::vector<float>>> read_all_f32(const std::string& path) {
+  const auto file = WeightFile::open(path);
+  std::vector<std::pair<std::string, std::vector<float>>> out;
+  for (const auto& t : file->tensors()) {
+    std::vector<float> v(t.n_elements());
+    file->read_f32(t, v.data());
+    out.emplace_back(t.name, std::move(v));
+  }
+  return out;
 }
 
 // Replaces the file by a new one (remove, then create): truncating a file in place makes ext4 flush it on close

@@ -12,6 +12,7 @@
 
 #include <sqrtdk/convert.h>
 #include "engine/src/import/gguf.h"
+#include "tests/common/files.h"
 #include "tests/common/golden.h"
 #include "tests/common/npy.h"
 #include "tests/engine/test_format_util.h"
@@ -38,12 +39,6 @@ using nlohmann::json;
 
 std::string gguf_fixture(const std::string& name) { return std::string(SQRTDK_TEST_DATA_DIR) + "/gguf/" + name; }
 
-json read_json(const std::string& path) {
-  std::ifstream f(path);
-  REQUIRE(f.good());
-  return json::parse(f);
-}
-
 std::vector<float> prefill_all(const std::string& model_path, const std::vector<uint32_t>& tokens) {
   Session session(Model::load(model_path));
   const auto logits = session.prefill(tokens, true);
@@ -61,18 +56,6 @@ double max_abs(const std::vector<float>& a) {
   double m = 0;
   for (float x : a) m = std::max(m, std::fabs(double{x}));
   return m;
-}
-
-// name -> f32 values of every tensor of a .sqdk file.
-std::vector<std::pair<std::string, std::vector<float>>> read_all_f32(const std::string& path) {
-  const auto file = WeightFile::open(path);
-  std::vector<std::pair<std::string, std::vector<float>>> out;
-  for (const auto& t : file->tensors()) {
-    std::vector<float> v(t.n_elements());
-    file->read_f32(t, v.data());
-    out.emplace_back(t.name, std::move(v));
-  }
-  return out;
 }
 
 struct Golden {

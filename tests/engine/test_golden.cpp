@@ -21,6 +21,10 @@
 #include <filesystem>
 #include <fstream>
 
+// Named after the file: the sanitizer builds compile test files together (a unity build), and this file's
+// helpers share their names with another test file's.
+namespace test_golden {
+
 using namespace sqrtdk;
 using sqrtdk::test::NpyF32;
 using sqrtdk::test::read_npy_f32;
@@ -146,3 +150,5 @@ TEST_CASE("golden: the bundled trained model matches PyTorch (logits and 32 gree
   greedy.stop_at_eos = false;
   CHECK(generate(g, prompt, greedy).tokens == greedy_ids);
 }
+
+}  // namespace test_golden

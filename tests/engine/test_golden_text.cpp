@@ -202,18 +202,6 @@ void check_logits(const std::vector<float>& logits, const TextFixture& f, double
   CHECK_MESSAGE(e.argmax_wrong == 0, e.argmax_wrong << " argmax differ, the first at position " << e.first_wrong);
 }
 
-// name -> f32 values of every tensor of a .sqdk file, in file order.
-std::vector<std::pair<std::string, std::vector<float>>> read_all_f32(const std::string& path) {
-  const auto file = WeightFile::open(path);
-  std::vector<std::pair<std::string, std::vector<float>>> out;
-  for (const auto& t : file->tensors()) {
-    std::vector<float> v(t.n_elements());
-    file->read_f32(t, v.data());
-    out.emplace_back(t.name, std::move(v));
-  }
-  return out;
-}
-
 // Max over all weights of |got - want| / allowed(want), the per-weight rounding bound (1 = at the bound). 2-D
 // tensors are laid out [rows, 32k] in both files (GGUF blocks run along rows); 1-D tensors stay F32 in GGUF: exact.
 double weight_error_ratio(const std::string& got_path, const std::string& want_path, bool q8_0) {

@@ -10,6 +10,7 @@
 #include <sqrtdk/sqrtdk.h>
 
 #include "tests/common/address_space.h"
+#include "tests/common/files.h"
 #include "tests/common/toy_model.h"
 
 #include <sys/stat.h>
@@ -30,11 +31,6 @@
 using namespace sqrtdk;
 
 namespace {
-
-std::string read_bytes(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
-}
 
 struct FileStamp {
   timespec mtime{};
@@ -72,7 +68,7 @@ TEST_CASE("hostile: a loaded model never writes its file; the mapping is read-on
   const std::string path = dir.file("m.sqdk");
   const ModelConfig c = test::toy_llama_config();
   test::write_toy_model(path, c, 5);
-  const std::string bytes_before = read_bytes(path);
+  const std::string bytes_before = test::slurp(path);
   const FileStamp before = stamp(path);
   {
     auto model = Model::load(path);
@@ -94,7 +90,7 @@ TEST_CASE("hostile: a loaded model never writes its file; the mapping is read-on
   const FileStamp after = stamp(path);
   CHECK(same_time(before.mtime, after.mtime));
   CHECK(same_time(before.ctime, after.ctime));
-  CHECK(read_bytes(path) == bytes_before);
+  CHECK(test::slurp(path) == bytes_before);
 }
 
 TEST_CASE("hostile: C API: bad tokens, empty and over-long prompts leave the session unchanged and usable") {

@@ -25,6 +25,10 @@
 #include <tuple>
 #include <vector>
 
+// Named after the file: the sanitizer builds compile test files together (a unity build), and this file's
+// helpers share their names with another test file's.
+namespace test_gemm_bf16 {
+
 using namespace sqrtdk;
 using namespace sqrtdk::ops;
 using sqrtdk::test::random_vector;
@@ -303,3 +307,5 @@ TEST_CASE("gemm bf16: bad arguments throw sqrtdk::Error") {
     CHECK_THROWS_AS(gemm(nullptr, 4, K, packed, dst.data(), N), Error);
   }
 }
+
+}  // namespace test_gemm_bf16

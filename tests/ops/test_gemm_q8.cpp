@@ -22,6 +22,10 @@
 #include <string>
 #include <vector>
 
+// Named after the file: the sanitizer builds compile test files together (a unity build), and this file's
+// helpers share their names with another test file's.
+namespace test_gemm_q8 {
+
 using namespace sqrtdk;
 using namespace sqrtdk::ops;
 using sqrtdk::test::random_vector;
@@ -383,3 +387,5 @@ TEST_CASE("gemm q8: pack_q8 refuses K not a multiple of 32, and bad strides, nam
     CHECK_THROWS_AS(PackedWeights::pack_q8(nullptr, 4, 64, 2, entry.isa), Error);
   }
 }
+
+}  // namespace test_gemm_q8

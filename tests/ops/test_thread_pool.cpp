@@ -76,7 +76,17 @@ TEST_CASE("thread_pool: every item runs exactly once, on a worker id below n_thr
       CAPTURE(n_items);
       check_each_item_once(pool, n_threads, n_items);
     }
-  CHECK(pool.helpers() == 3);  // started on demand, up to the largest n_threads − 1
+  // Never more helpers than the largest n_threads − 1. Not exactly that many: after a job whose helpers were
+  // preempted mid-item the pool runs the next jobs serially (backing off), so on a loaded machine the 4-thread jobs
+  // may all have run serially (seen under TSan in CI).
+  CHECK(pool.helpers() <= 3);
+  {
+    // Started on demand: a fresh pool's first job (never backed off) starts exactly n_threads − 1.
+    ThreadPool fresh;
+    CHECK(fresh.helpers() == 0);
+    check_each_item_once(fresh, 3, 1000);
+    CHECK(fresh.helpers() == 2);
+  }
   // The calling thread's own pool, through the free function.
   for (int n_threads = 1; n_threads <= 4; ++n_threads) {
     std::vector<std::atomic<int>> runs(777);

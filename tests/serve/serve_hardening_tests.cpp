@@ -23,6 +23,10 @@
 #include <thread>
 #include <vector>
 
+// Named after the file: the sanitizer builds compile test files together (a unity build), and this file's
+// helpers share their names with another test file's.
+namespace serve_hardening_tests {
+
 namespace {
 
 using nlohmann::json;
@@ -514,3 +518,5 @@ TEST_CASE("serve hardening: --version") {
   CHECK(r.status == 0);
   CHECK(r.output.rfind("sqrtdk-serve ", 0) == 0);
 }
+
+}  // namespace serve_hardening_tests

@@ -14,6 +14,10 @@
 #include <string>
 #include <vector>
 
+// Named after the file: the sanitizer builds compile test files together (a unity build), and this file's
+// helpers share their names with another test file's.
+namespace serve_openai_tests {
+
 namespace {
 
 using nlohmann::json;
@@ -420,3 +424,5 @@ TEST_CASE("serve openai: models and errors") {
   // A token's partial UTF-8 is replaced, never invalid JSON text.
   CHECK(dump(ordered_json("\xe2\x82")) == "\"\xef\xbf\xbd\"");
 }
+
+}  // namespace serve_openai_tests

@@ -33,6 +33,10 @@
 
 extern char** environ;
 
+// Named after the file: the sanitizer builds compile test files together (a unity build), and this file's
+// helpers share their names with another test file's.
+namespace serve_replicas_tests {
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -505,3 +509,5 @@ TEST_CASE("serve replicas: HAProxy, SIGKILL of one replica under load: later req
   CHECK(load.count([&](const Outcome& o) { return after_kill(o) && o.replica != survivor_name; }) == 0);
   CHECK(load.count([&](const Outcome& o) { return o.end <= t_kill && !o.problem.empty(); }) == 0);
 }
+
+}  // namespace serve_replicas_tests

@@ -16,6 +16,10 @@
 #include <sys/socket.h>
 #include <poll.h>
 
+// Named after the file: the sanitizer builds compile test files together (a unity build), and this file's
+// helpers share their names with another test file's.
+namespace serve_tests {
+
 namespace {
 
 using nlohmann::json;
@@ -498,3 +502,5 @@ TEST_CASE("serve: continuous batching: a seeded completion is bit-identical alon
   const std::string m = get_metrics(server.port());
   CHECK(metric_value(m, "sqrtdk_batch_size_sum") > metric_value(m, "sqrtdk_batch_size_count"));  // it did batch
 }
+
+}  // namespace serve_tests

@@ -1,6 +1,7 @@
 // The sqrtdk CLI's contract with scripts: exit codes (0 ok, 1 usage, 2 bad input), one-line errors on stderr that
 // name the option or the file, --help with examples on every subcommand, and every subcommand running with no
 // arguments on the bundled model. Runs bin/sqrtdk as a child process (skipped if it is not built).
+#include "tests/common/files.h"
 #include "tests/common/temp_dir.h"
 #include "tests/common/toy_model.h"
 
@@ -22,17 +23,11 @@
 namespace sqrtdk::test {
 namespace {
 
-const std::string kCli = std::string(SQRTDK_BIN_DIR) + "/sqrtdk";
 
 struct CliResult {
   int exit_code = -1;
   std::string out, err;
 };
-
-std::string slurp(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
-}
 
 // env: "NAME=value ..." set for the child only (through env(1)), or "".
 CliResult run_cli(const TempDir& dir, const std::string& args, const std::string& env = "") {

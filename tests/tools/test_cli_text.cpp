@@ -6,6 +6,7 @@
 #include <sqrtdk/chat.h>
 #include <sqrtdk/tokenizer.h>
 
+#include "tests/common/files.h"
 #include "tests/common/temp_dir.h"
 #include "tests/common/toy_model.h"
 
@@ -21,13 +22,7 @@
 namespace sqrtdk::test {
 namespace {
 
-const std::string kCli = std::string(SQRTDK_BIN_DIR) + "/sqrtdk";
 const std::string kTok = std::string(SQRTDK_TEST_DATA_DIR) + "/tokenizers/llama2";
-
-std::string slurp(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
-}
 
 struct Result {
   int code = -1;

@@ -2,6 +2,7 @@
 // is needed) write the JSON every field of which the README's table and figure read, finite, with non-zero
 // gradients; and each exported model, scaled or not, runs in the engine with PyTorch's logits. Skipped, with the
 // reason printed, when /usr/bin/python3 cannot import torch (it is an optional extra: tools/setup.sh).
+#include "tests/common/files.h"
 #include "tests/common/temp_dir.h"
 
 #include <sqrtdk/format.h>
@@ -24,14 +25,11 @@ using namespace sqrtdk;
 
 namespace {
 
+using sqrtdk::test::slurp;
+
 int run(const std::string& command) {
   const int status = std::system(command.c_str());
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
-std::string slurp(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
 }
 
 bool finite_number(const nlohmann::json& v) { return v.is_number() && std::isfinite(v.get<double>()); }

@@ -31,19 +31,19 @@ constexpr uint64_t kChunkElements = uint64_t{1} << 20;  // 4 MiB of f32 per conv
 constexpr uint64_t kQ8Block = sqrtdk::kQ8BlockElements;
 
 Error unsupported(const std::string& message) { return Error(ErrorKind::unsupported, message); }
-Error bad_file(const std::string& message) { return Error(ErrorKind::bad_file, message); }
+Error bad_gguf_file(const std::string& message) { return Error(ErrorKind::bad_file, message); }
 
 // A metadata dimension: an integer in 1..2^32-1 (ModelConfig::validate then applies the real caps).
 uint32_t dim(const GgufFile& f, const std::string& key, const std::string& why) {
   const uint64_t v = f.require_uint(key, why);
   if (v == 0 || v > UINT32_MAX)
-    throw bad_file(f.where_key(key) + std::to_string(v) + " (expected a positive integer below 2^32)");
+    throw bad_gguf_file(f.where_key(key) + std::to_string(v) + " (expected a positive integer below 2^32)");
   return static_cast<uint32_t>(v);
 }
 
 float finite_real(const GgufFile& f, const std::string& key, double v) {
   if (!std::isfinite(v) || !std::isfinite(static_cast<float>(v)))
-    throw bad_file(f.where_key(key) + std::to_string(v) + " (expected a finite number)");
+    throw bad_gguf_file(f.where_key(key) + std::to_string(v) + " (expected a finite number)");
   return static_cast<float>(v);
 }
 
@@ -98,7 +98,7 @@ ModelConfig gguf_model_config(const GgufFile& f) {
                           " (sqrtdk's llama has one head_dim)");
     } else {
       if (c.d_model % c.n_heads != 0)
-        throw bad_file(f.where_key(p + "embedding_length") + std::to_string(c.d_model) +
+        throw bad_gguf_file(f.where_key(p + "embedding_length") + std::to_string(c.d_model) +
                        " is not a multiple of attention.head_count " + std::to_string(c.n_heads) +
                        " and attention.key_length is absent");
       c.head_dim = c.d_model / c.n_heads;
@@ -125,7 +125,7 @@ ModelConfig gguf_model_config(const GgufFile& f) {
                         " experts: mixture-of-experts models are not supported");
   } else {
     if (c.d_model % c.n_heads != 0)
-      throw bad_file(f.where_key(p + "embedding_length") + std::to_string(c.d_model) +
+      throw bad_gguf_file(f.where_key(p + "embedding_length") + std::to_string(c.d_model) +
                      " is not a multiple of attention.head_count " + std::to_string(c.n_heads));
     c.head_dim = c.d_model / c.n_heads;
     c.norm_eps = finite_real(f, p + "attention.layer_norm_epsilon",
@@ -138,17 +138,17 @@ ModelConfig gguf_model_config(const GgufFile& f) {
   if (f.find_kv(p + "vocab_size")) {
     c.n_vocab = dim(f, p + "vocab_size", needed);
     if (n_tokens && *n_tokens > c.n_vocab)
-      throw bad_file(f.where_key(p + "vocab_size") + std::to_string(c.n_vocab) + " is less than the " +
+      throw bad_gguf_file(f.where_key(p + "vocab_size") + std::to_string(c.n_vocab) + " is less than the " +
                      std::to_string(*n_tokens) + " tokens of tokenizer.ggml.tokens");
   } else if (n_tokens) {
     if (*n_tokens == 0 || *n_tokens > UINT32_MAX)
-      throw bad_file(f.where_key("tokenizer.ggml.tokens") + std::to_string(*n_tokens) + " tokens (expected 1..2^32-1)");
+      throw bad_gguf_file(f.where_key("tokenizer.ggml.tokens") + std::to_string(*n_tokens) + " tokens (expected 1..2^32-1)");
     c.n_vocab = static_cast<uint32_t>(*n_tokens);
   } else if (const GgufTensor* emb = f.find_tensor("token_embd.weight"); emb && emb->ne.size() == 2 &&
                                                                           emb->ne[1] <= UINT32_MAX) {
     c.n_vocab = static_cast<uint32_t>(emb->ne[1]);
   } else {
-    throw bad_file(f.path() + ": the vocabulary size is unknown (no " + p + "vocab_size, tokenizer.ggml.tokens or token_embd.weight)");
+    throw bad_gguf_file(f.path() + ": the vocabulary size is unknown (no " + p + "vocab_size, tokenizer.ggml.tokens or token_embd.weight)");
   }
   for (const char* key : {"tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id"}) {
     const std::optional<uint64_t> id = f.get_uint(key);
@@ -169,7 +169,7 @@ std::vector<GgufPlannedTensor> plan_gguf_tensors(const GgufFile& f, const ModelC
     const std::string source = gguf_tensor_name(spec.name);
     p.source = f.find_tensor(source);
     if (!p.source)
-      throw bad_file(f.path() + ": tensor '" + source + "' is missing (needed for " + spec.name + ")");
+      throw bad_gguf_file(f.path() + ": tensor '" + source + "' is missing (needed for " + spec.name + ")");
     const GgufTensor& t = *p.source;
     const uint32_t type = t.type;
     if (type != uint32_t(GgmlType::f32) && type != uint32_t(GgmlType::f16) && type != uint32_t(GgmlType::bf16) &&
@@ -182,7 +182,7 @@ std::vector<GgufPlannedTensor> plan_gguf_tensors(const GgufFile& f, const ModelC
         expected_ne += (expected_ne.empty() ? "" : ", ") + std::to_string(*it);
       std::string ne;
       for (uint64_t d : t.ne) ne += (ne.empty() ? "" : ", ") + std::to_string(d);
-      throw bad_file(f.where_tensor(t.name) + "ne [" + ne + "], expected [" + expected_ne +
+      throw bad_gguf_file(f.where_tensor(t.name) + "ne [" + ne + "], expected [" + expected_ne +
                      "] (innermost first) from the metadata");
     }
     if (config.arch == Arch::llama) {
@@ -196,7 +196,7 @@ std::vector<GgufPlannedTensor> plan_gguf_tensors(const GgufFile& f, const ModelC
     if (used.count(t.name)) continue;
     if (t.name == "rope_freqs.weight")
       throw unsupported(f.where_tensor(t.name) + "per-frequency RoPE factors (Llama 3.1 rope scaling) are not supported");
-    throw bad_file(f.where_tensor(t.name) + "is not used by " + arch_name(config.arch) +
+    throw bad_gguf_file(f.where_tensor(t.name) + "is not used by " + arch_name(config.arch) +
                    " (a model variant sqrtdk does not support?)");
   }
   return plan;
@@ -270,21 +270,21 @@ TokenizerSpec tokenizer_spec_from_gguf(const GgufFile& f, const std::string& whe
                       "' is not supported (sqrtdk reads the 'gpt2' byte-level BPE and 'llama' SentencePiece tokenizers)");
   }
   auto require = [&](const char* key) {
-    if (!f.find_kv(key)) throw bad_file(f.path() + ": key '" + key + "' is missing (" + needed + ")");
+    if (!f.find_kv(key)) throw bad_gguf_file(f.path() + ": key '" + key + "' is missing (" + needed + ")");
   };
   require("tokenizer.ggml.tokens");
   std::vector<std::string> tokens = *f.get_string_array("tokenizer.ggml.tokens");
   const uint64_t n = tokens.size();
-  if (n == 0) throw bad_file(f.where_key("tokenizer.ggml.tokens") + "no tokens");
+  if (n == 0) throw bad_gguf_file(f.where_key("tokenizer.ggml.tokens") + "no tokens");
   std::vector<int64_t> types(n, kNormal);
   if (auto t = f.get_int_array("tokenizer.ggml.token_type")) {
     if (t->size() != n)
-      throw bad_file(f.where_key("tokenizer.ggml.token_type") + std::to_string(t->size()) + " types for " +
+      throw bad_gguf_file(f.where_key("tokenizer.ggml.token_type") + std::to_string(t->size()) + " types for " +
                      std::to_string(n) + " tokens");
     types = std::move(*t);
     for (uint64_t i = 0; i < n; ++i)
       if (types[i] < kNormal || types[i] > kByte)
-        throw bad_file(f.where_key("tokenizer.ggml.token_type") + "token " + std::to_string(i) + " has type " +
+        throw bad_gguf_file(f.where_key("tokenizer.ggml.token_type") + "token " + std::to_string(i) + " has type " +
                        std::to_string(types[i]) + " (expected 1..6)");
   }
 
@@ -323,7 +323,7 @@ TokenizerSpec tokenizer_spec_from_gguf(const GgufFile& f, const std::string& whe
       const auto left = space == std::string::npos ? id_of.end() : id_of.find(m.substr(0, space));
       const auto right = space == std::string::npos ? id_of.end() : id_of.find(m.substr(space + 1));
       if (left == id_of.end() || right == id_of.end())
-        throw bad_file(f.where_key("tokenizer.ggml.merges") + "merge #" + std::to_string(i) + " '" + quote_name(m) +
+        throw bad_gguf_file(f.where_key("tokenizer.ggml.merges") + "merge #" + std::to_string(i) + " '" + quote_name(m) +
                        "' is not two tokens of the vocabulary separated by a space");
       spec.merges.emplace_back(left->second, right->second);
     }
@@ -331,7 +331,7 @@ TokenizerSpec tokenizer_spec_from_gguf(const GgufFile& f, const std::string& whe
     require("tokenizer.ggml.scores");
     const std::vector<float> scores = *f.get_real_array("tokenizer.ggml.scores");
     if (scores.size() != n)
-      throw bad_file(f.where_key("tokenizer.ggml.scores") + std::to_string(scores.size()) + " scores for " +
+      throw bad_gguf_file(f.where_key("tokenizer.ggml.scores") + std::to_string(scores.size()) + " scores for " +
                      std::to_string(n) + " tokens");
     spec.vocab = tokens;
     spec.merges = sentencepiece_merges(spec.vocab, scores);
@@ -351,7 +351,7 @@ TokenizerSpec tokenizer_spec_from_gguf(const GgufFile& f, const std::string& whe
     const std::optional<uint64_t> id = f.get_uint(key);
     if (!id) return kNoToken;
     if (*id >= n)
-      throw bad_file(f.where_key(key) + std::to_string(*id) + " is not a token id (the vocabulary has " +
+      throw bad_gguf_file(f.where_key(key) + std::to_string(*id) + " is not a token id (the vocabulary has " +
                      std::to_string(n) + " tokens)");
     return static_cast<uint32_t>(*id);
   };

@@ -28,7 +28,7 @@ Error bad_file(const std::string& message) { return Error(ErrorKind::bad_file, m
 
 // A safetensors header is {name: {dtype, shape: [..], data_offsets: [..]}} (depth 3; __metadata__ is a flat
 // string map). The cap keeps a hostile header from building deep trees.
-constexpr int kMaxJsonDepth = 8;
+constexpr int kMaxHeaderDepth = 8;
 
 struct DTypeEntry {
   const char* name;
@@ -43,7 +43,7 @@ constexpr DTypeEntry kDTypes[] = {
 };
 
 // A JSON value for an error message: compact, one line, at most ~40 characters.
-std::string brief(const nlohmann::json& v) {
+std::string brief_json(const nlohmann::json& v) {
   std::string s = v.dump(-1, ' ', true, nlohmann::json::error_handler_t::replace);
   if (s.size() > 40) s = s.substr(0, 37) + "...";
   return s;
@@ -51,7 +51,7 @@ std::string brief(const nlohmann::json& v) {
 
 uint64_t unsigned_value(const nlohmann::json& v, const std::string& where, const char* what) {
   if (!v.is_number_unsigned() && !(v.is_number_integer() && v.get<int64_t>() >= 0))
-    throw bad_file(where + what + " must hold non-negative integers below 2^64, got " + brief(v));
+    throw bad_file(where + what + " must hold non-negative integers below 2^64, got " + brief_json(v));
   return v.get<uint64_t>();
 }
 
@@ -87,7 +87,7 @@ std::vector<SafetensorsTensor> parse_safetensors(const unsigned char* bytes, uin
     header = nlohmann::json::parse(
         text, text + header_len,
         [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
-          if (depth > kMaxJsonDepth) throw TooDeep{};
+          if (depth > kMaxHeaderDepth) throw TooDeep{};
           if (event == nlohmann::json::parse_event_t::key && depth == 1 && !keys.insert(parsed.get<std::string>()).second)
             throw Duplicate{parsed.get<std::string>()};
           return true;
@@ -95,7 +95,7 @@ std::vector<SafetensorsTensor> parse_safetensors(const unsigned char* bytes, uin
   } catch (const nlohmann::json::exception& e) {
     throw bad_file(w + "header is not valid JSON: " + e.what());
   } catch (const TooDeep&) {
-    throw bad_file(w + "header JSON nests deeper than " + std::to_string(kMaxJsonDepth) + " levels");
+    throw bad_file(w + "header JSON nests deeper than " + std::to_string(kMaxHeaderDepth) + " levels");
   } catch (const Duplicate& d) {
     throw bad_file(w + "tensor '" + quote_name(d.name) + "' appears twice in the header");
   }
@@ -115,14 +115,14 @@ std::vector<SafetensorsTensor> parse_safetensors(const unsigned char* bytes, uin
     const auto& offsets = entry["data_offsets"];
     SafetensorsTensor info;
     info.name = name;
-    if (!dtype.is_string()) throw bad_file(t + "dtype must be a string, got " + brief(dtype));
+    if (!dtype.is_string()) throw bad_file(t + "dtype must be a string, got " + brief_json(dtype));
     info.dtype_name = dtype.get<std::string>();
     const DTypeEntry* known = nullptr;
     for (const auto& d : kDTypes)
       if (info.dtype_name == d.name) known = &d;
-    if (!known) throw bad_file(t + "unknown dtype " + brief(dtype) + " (sqrtdk reads F32, F16 and BF16)");
+    if (!known) throw bad_file(t + "unknown dtype " + brief_json(dtype) + " (sqrtdk reads F32, F16 and BF16)");
     info.dtype = known->dtype;
-    if (!shape.is_array()) throw bad_file(t + "shape must be an array, got " + brief(shape));
+    if (!shape.is_array()) throw bad_file(t + "shape must be an array, got " + brief_json(shape));
     if (shape.size() > 16) throw bad_file(t + "shape has " + std::to_string(shape.size()) + " dimensions (at most 16)");
     info.n_elements = 1;
     for (const auto& d : shape) {
@@ -134,7 +134,7 @@ std::vector<SafetensorsTensor> parse_safetensors(const unsigned char* bytes, uin
     if (__builtin_mul_overflow(info.n_elements, known->size, &bytes_needed))
       throw bad_file(t + "shape " + info.shape_string() + " byte size overflows 64 bits");
     if (!offsets.is_array() || offsets.size() != 2)
-      throw bad_file(t + "data_offsets must be [begin, end], got " + brief(offsets));
+      throw bad_file(t + "data_offsets must be [begin, end], got " + brief_json(offsets));
     const uint64_t begin = unsigned_value(offsets[0], t, "data_offsets");
     const uint64_t end = unsigned_value(offsets[1], t, "data_offsets");
     if (begin > end)
