@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <limits>
 #include <system_error>
 #include <thread>
 
@@ -28,10 +27,17 @@ constexpr std::chrono::nanoseconds kDefaultSpin = std::chrono::microseconds(50);
 constexpr std::chrono::nanoseconds kBackoffWait = std::chrono::microseconds(200);
 constexpr int kMinBackoffJobs = 16, kMaxBackoffJobs = 1024;
 
-// The claim word: generation in the high 32 bits, next unclaimed item in the low 32. kClosed marks a finished job:
-// no item index reaches it, so no claim on that generation can succeed any more.
-constexpr uint32_t kClosed = std::numeric_limits<uint32_t>::max();
-constexpr size_t kMaxJobItems = kClosed - 1;
+// The claim word: generation in the high 32 bits; in the low 32 the unclaimed items [front, end), front in bits
+// 16..31 and end in bits 0..15. The caller (worker 0) claims from the front, the helpers from the end: with two
+// threads each keeps the same end of every job, so a GEMM's thread reads the same part of the weights call after
+// call (its own L2/L3 keeps them warm; a shared counter dealt them out at random), and a helper that is late only
+// moves the meeting point. A finished job's word is (generation, 0, 0): front == end, nothing left to claim.
+constexpr uint32_t kItemBits = 16;
+constexpr uint32_t kItemMask = (uint32_t{1} << kItemBits) - 1;
+constexpr size_t kMaxJobItems = kItemMask;
+constexpr uint64_t job_word(uint32_t generation, uint32_t front, uint32_t end) {
+  return (uint64_t{generation} << 32) | (uint64_t{front} << kItemBits) | end;
+}
 
 // Depth of items running on this thread: a parallel_for from inside an item runs serially (no deadlock: the
 // nested caller would otherwise wait for helpers that may be the ones running the outer items).
@@ -88,7 +94,7 @@ ThreadPool::Options::Options() : spin(kDefaultSpin) {}
 
 ThreadPool::ThreadPool() : ThreadPool(Options()) {}
 ThreadPool::ThreadPool(Options options)
-    : options_(std::move(options)), claim_(uint64_t{kClosed}), owner_pid_(static_cast<int>(::getpid())) {}
+    : options_(std::move(options)), claim_(job_word(0, 0, 0)), owner_pid_(static_cast<int>(::getpid())) {}
 
 ThreadPool::~ThreadPool() {
   if (static_cast<int>(::getpid()) != owner_pid_) {  // a forked child: the helper threads do not exist here
@@ -169,14 +175,13 @@ void ThreadPool::run_job(int n_threads, uint32_t n_items, void* ctx, Call call) 
     // ever since could otherwise see the very same word again; wait until no helper holds a loaded word.
     while (claiming_helpers_.load(std::memory_order_seq_cst) != 0) std::this_thread::yield();
   }
-  n_items_.store(n_items, std::memory_order_release);
   n_threads_.store(participants, std::memory_order_release);
   ctx_.store(ctx, std::memory_order_release);
   call_.store(call, std::memory_order_release);
   remaining_.store(n_items, std::memory_order_relaxed);
   failed_.store(false, std::memory_order_relaxed);
   error_ = nullptr;  // no helper touches it now: every item of the last job finished before it returned
-  claim_.store(uint64_t{generation} << 32, std::memory_order_seq_cst);
+  claim_.store(job_word(generation, 0, n_items), std::memory_order_seq_cst);
 
   for (int i = 0; i + 1 < participants; ++i) {
     Helper& h = *helpers_[static_cast<size_t>(i)];
@@ -195,7 +200,7 @@ void ThreadPool::run_job(int n_threads, uint32_t n_items, void* ctx, Call call) 
   } else if (waited < worked / 4) {
     backoff_jobs_ = 0;
   }
-  claim_.store((uint64_t{generation} << 32) | kClosed, std::memory_order_seq_cst);
+  claim_.store(job_word(generation, 0, 0), std::memory_order_seq_cst);
 
   if (error_) {
     std::exception_ptr e = std::move(error_);
@@ -206,28 +211,32 @@ void ThreadPool::run_job(int n_threads, uint32_t n_items, void* ctx, Call call) 
 
 // Why a participant never runs an item of a job that has finished (the caller may have returned, and its fn with
 // it), though helpers wake at any time:
-//  1. A claim is a CAS of the claim word from (g, x) to (g, x + 1), with x < n_items read from the descriptor.
-//  2. The caller closes job g by storing (g, kClosed) after its last item finished, and writes the next job's
+//  1. A claim is a CAS of the claim word from (g, front, end) with front < end to (g, front + 1, end) (the caller)
+//     or (g, front, end − 1) (a helper): it takes item front, or item end − 1.
+//  2. The caller closes job g by storing (g, 0, 0) after its last item finished, and writes the next job's
 //     descriptor only after that, each field with a release store; participants read the fields with acquire
 //     loads after loading the claim word. So if any field read here comes from a later job, the close is visible
-//     to this thread and the CAS (expecting (g, x), x < kClosed) fails. If the CAS succeeds, every field read was
-//     job g's, and item x of job g was unclaimed: job g cannot finish before this participant finishes item x
+//     to this thread and the CAS (expecting (g, front, end), front < end) fails. If the CAS succeeds, every field
+//     read was job g's, and the item taken was unclaimed: job g cannot finish before this participant finishes it
 //     (completion counts items), so its fn and descriptor are alive until then.
-//  3. ABA: the word could only come back to (g, x) after 2^32 more jobs, which passes a generation wrap, where the
-//     caller waits until no helper is between its claim_items entry and exit (claiming_helpers_, seq_cst both
-//     ways, so a helper counted after the wait check loads a word at least as new as the close).
+//  3. ABA: within a job front only grows and end only shrinks, so a word never comes back; across jobs it could
+//     only come back to (g, front, end) after 2^32 more jobs, which passes a generation wrap, where the caller
+//     waits until no helper is between its claim_items entry and exit (claiming_helpers_, seq_cst both ways, so a
+//     helper counted after the wait check loads a word at least as new as the close).
 void ThreadPool::claim_items(int worker) {
   for (;;) {
     uint64_t word = claim_.load(std::memory_order_seq_cst);
-    const uint32_t next = static_cast<uint32_t>(word);
-    const uint32_t n_items = n_items_.load(std::memory_order_acquire);
+    const uint32_t front = static_cast<uint32_t>(word >> kItemBits) & kItemMask;
+    const uint32_t end = static_cast<uint32_t>(word) & kItemMask;
     const int n_threads = n_threads_.load(std::memory_order_acquire);
     void* ctx = ctx_.load(std::memory_order_acquire);
     const Call call = call_.load(std::memory_order_acquire);
-    if (next >= n_items || worker >= n_threads) return;
-    if (!claim_.compare_exchange_weak(word, word + 1, std::memory_order_acq_rel, std::memory_order_relaxed))
+    if (front >= end || worker >= n_threads) return;
+    const bool from_front = worker == 0;
+    const uint64_t claimed = from_front ? word + (uint64_t{1} << kItemBits) : word - 1;
+    if (!claim_.compare_exchange_weak(word, claimed, std::memory_order_acq_rel, std::memory_order_relaxed))
       continue;
-    finish_item(next, worker, ctx, call);
+    finish_item(from_front ? front : end - 1, worker, ctx, call);
   }
 }
 

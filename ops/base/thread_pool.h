@@ -3,7 +3,9 @@
 //
 // Built for a machine that other processes share (issue 13). An OpenMP region splits work statically per thread and
 // ends at a barrier, so when a helper is descheduled every region waits a scheduler time slice for it. Here:
-//   - the calling thread participates and every participant claims items dynamically from one atomic counter;
+//   - the calling thread participates and every participant claims items dynamically from one atomic word: the
+//     caller from the front, the helpers from the back (so with two threads each tends to keep the same half of
+//     every job from call to call, and its caches the data that half reads);
 //   - completion is counted by items, not by threads: the caller returns as soon as every item is done, even if a
 //     helper never woke up. A helper that wakes late finds nothing left to claim and goes back to sleep;
 //   - helpers sleep on a futex (std::atomic::wait) after a bounded spin (kSpin below), never spin while idle.
@@ -80,11 +82,10 @@ class ThreadPool {
   void finish_item(uint32_t item, int worker, void* ctx, Call call);
 
   Options options_;
-  // The job: the claim word packs (generation << 32 | next unclaimed item); the descriptor fields below it belong
-  // to the generation in the claim word. The proof that a late helper never runs a finished job's items is at
+  // The job: the claim word packs (generation << 32 | unclaimed items [front, end), 16 bits each); the descriptor
+  // fields below it belong to the generation in the claim word. The proof that a late helper never runs a finished job's items is at
   // claim_items() in thread_pool.cpp.
   alignas(64) std::atomic<uint64_t> claim_;
-  std::atomic<uint32_t> n_items_{0};
   std::atomic<int> n_threads_{0};
   std::atomic<void*> ctx_{nullptr};
   std::atomic<Call> call_{nullptr};

@@ -162,8 +162,11 @@ void run_blocked(const Kern& kern, Call call, int n_threads, const BlockSizes& b
   const bool copy_multiply = sliced && call.multiply == call.dst;
   const bool copy_residual = sliced && call.residual == call.dst;
 
-  // Column-block-major: consecutive items share a column block of the weights, so participants working at the
-  // same time read the same weights (once from DRAM) and different rows of src.
+  // Column-block-major: consecutive items share a column block of the weights. The caller claims from the first
+  // item and the helpers from the last (thread_pool.h), so each participant reads its own end of the weights, the
+  // same end call after call, and reuses a column block from its own L2 across the block's rows. Measured against a
+  // shared front-to-back counter (where the two threads read the same block at once), Zen 5, 2 threads, 2026-12-02,
+  // interleaved: prefill 6 of 6 runs faster at T = 32 and 128 (+4% / +7% median), decode 4 of 4 (+13%).
   parallel_for(threads, grid.count(), [&](size_t item, int) {
     static thread_local AlignedBuffer<float> multiply_copy, residual_copy;
     const size_t mb = item % grid.n_mb, nb = item / grid.n_mb;
