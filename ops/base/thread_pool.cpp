@@ -23,9 +23,10 @@ using Clock = std::chrono::steady_clock;
 // 0 and 50 us both kept 2 threads at 0.98–1.03x of 1 thread; 200 us once fell to 0.11x (prefill).
 constexpr std::chrono::nanoseconds kDefaultSpin = std::chrono::microseconds(50);
 // Back-off (thread_pool.h): a wait over this long for helper-claimed items is a preemption, not a slow item on an
-// idle machine (a futex wake is tens of microseconds; a scheduler time slice milliseconds).
+// idle machine (a futex wake is tens of microseconds; a scheduler time slice milliseconds). The longest serial
+// window: a busy machine reaches it after a few preemptions in a row, and tries its helpers again 10 times a second.
 constexpr std::chrono::nanoseconds kBackoffWait = std::chrono::microseconds(200);
-constexpr int kMinBackoffJobs = 16, kMaxBackoffJobs = 1024;
+constexpr std::chrono::nanoseconds kMaxBackoff = std::chrono::milliseconds(100);
 
 // The claim word: generation in the high 32 bits; in the low 32 the unclaimed items [front, end), front in bits
 // 16..31 and end in bits 0..15. The caller (worker 0) claims from the front, the helpers from the end: with two
@@ -136,11 +137,13 @@ void ThreadPool::run(int n_threads, size_t n_items, void* ctx, Call call) {
     std::atomic<bool>& busy;
     ~Release() { busy.store(false, std::memory_order_release); }
   } release{busy_};
-  if (serial_jobs_left_ > 0) {  // backing off: helpers were preempted mid-item recently
-    --serial_jobs_left_;
-    const ItemDepth depth;
-    for (size_t i = 0; i < n_items; ++i) call(ctx, i, 0);
-    return;
+  if (serial_until_ != Clock::time_point{}) {  // backing off: a helper was preempted mid-item recently
+    if (Clock::now() < serial_until_) {
+      const ItemDepth depth;
+      for (size_t i = 0; i < n_items; ++i) call(ctx, i, 0);
+      return;
+    }
+    serial_until_ = Clock::time_point{};
   }
   if (n_items <= kMaxJobItems) {
     run_job(n_threads, static_cast<uint32_t>(n_items), ctx, call);
@@ -195,10 +198,10 @@ void ThreadPool::run_job(int n_threads, uint32_t n_items, void* ctx, Call call) 
   await(remaining_, options_.spin, [](uint32_t left) { return left == 0; });
   const Clock::duration waited = Clock::now() - own_done, worked = own_done - started;
   if (waited > std::max<Clock::duration>(kBackoffWait, worked)) {
-    serial_jobs_left_ = std::max(backoff_jobs_, kMinBackoffJobs);
-    backoff_jobs_ = std::min(serial_jobs_left_ * 2, kMaxBackoffJobs);
+    backoff_window_ = std::min<Clock::duration>(std::max(2 * backoff_window_, waited), kMaxBackoff);
+    serial_until_ = Clock::now() + backoff_window_;
   } else if (waited < worked / 4) {
-    backoff_jobs_ = 0;
+    backoff_window_ /= 2;
   }
   claim_.store(job_word(generation, 0, 0), std::memory_order_seq_cst);
 

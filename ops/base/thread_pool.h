@@ -21,10 +21,12 @@
 // Nested calls: parallel_for from inside an item runs serially on the calling thread (worker 0), no deadlock.
 // One caller at a time per pool: a second thread calling a pool that is busy runs its items itself, serially.
 // Back-off: when the caller waits for a helper-claimed item longer than it worked itself (and over kBackoffWait), the
-// helper was preempted mid-item: other processes hold the cores. The next kMinBackoffJobs jobs then run on the
-// caller alone, doubling up to kMaxBackoffJobs while it keeps happening (the constants are in thread_pool.cpp); a job with little waiting resets it. On an
-// idle machine it never triggers; on a busy one it keeps each op from waiting a scheduler time slice. Results do not
-// change: item boundaries never depend on who runs them.
+// helper was preempted mid-item: other processes hold the cores. Jobs then run on the caller alone for as long as
+// that wait lasted, twice the last window if it happens again (up to kMaxBackoff, in thread_pool.cpp); each job
+// with little waiting halves the window. A window in time, not in jobs: an isolated preemption (a VM's vCPU
+// stolen for a few ms, seen on idle 2-vCPU VMs) costs at most about the time it already cost, while on a busy
+// machine the window grows until each op stops waiting a scheduler time slice. Results do not change: item
+// boundaries never depend on who runs them.
 // After fork() the child's copy of a pool has no helper threads: its jobs run on the calling thread alone.
 #pragma once
 
@@ -95,8 +97,10 @@ class ThreadPool {
   std::exception_ptr error_;  // the first exception, under error_mutex_
   alignas(64) std::atomic<int> claiming_helpers_{0};  // helpers inside claim_items (for the generation wrap)
   std::atomic<bool> busy_{false};                     // a caller is inside run()
-  int serial_jobs_left_ = 0;   // back-off (see the header comment); touched only by the caller holding busy_
-  int backoff_jobs_ = 0;       // the next back-off length (0: the minimum)
+  // Back-off (see the header comment), touched only by the caller holding busy_: jobs run serially until
+  // serial_until_ (the epoch: not backing off); backoff_window_ is the last window, doubled by the next preemption.
+  std::chrono::steady_clock::time_point serial_until_{};
+  std::chrono::steady_clock::duration backoff_window_{};
   std::atomic<bool> stop_{false};
   std::vector<std::unique_ptr<Helper>> helpers_;
   int owner_pid_;  // after fork() the child has none of the helpers: it must not join them
