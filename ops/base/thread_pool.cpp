@@ -127,10 +127,12 @@ void ThreadPool::start_helpers(int count) {
 
 void ThreadPool::run(int n_threads, size_t n_items, void* ctx, Call call) {
   if (n_items == 0) return;
-  const bool serial = n_threads <= 1 || n_items <= 1 || t_item_depth > 0 || busy_.exchange(true);
-  if (serial) {
+  auto run_serially = [&] {
     const ItemDepth depth;
     for (size_t i = 0; i < n_items; ++i) call(ctx, i, 0);
+  };
+  if (n_threads <= 1 || n_items <= 1 || t_item_depth > 0 || busy_.exchange(true)) {
+    run_serially();
     return;
   }
   struct Release {
@@ -139,8 +141,7 @@ void ThreadPool::run(int n_threads, size_t n_items, void* ctx, Call call) {
   } release{busy_};
   if (serial_until_ != Clock::time_point{}) {  // backing off: a helper was preempted mid-item recently
     if (Clock::now() < serial_until_) {
-      const ItemDepth depth;
-      for (size_t i = 0; i < n_items; ++i) call(ctx, i, 0);
+      run_serially();
       return;
     }
     serial_until_ = Clock::time_point{};
@@ -196,10 +197,11 @@ void ThreadPool::run_job(int n_threads, uint32_t n_items, void* ctx, Call call) 
   const Clock::time_point own_done = Clock::now();
   // Wait for the items the helpers claimed (not for the helpers: one that never woke claimed nothing).
   await(remaining_, options_.spin, [](uint32_t left) { return left == 0; });
-  const Clock::duration waited = Clock::now() - own_done, worked = own_done - started;
+  const Clock::time_point all_done = Clock::now();
+  const Clock::duration waited = all_done - own_done, worked = own_done - started;
   if (waited > std::max<Clock::duration>(kBackoffWait, worked)) {
     backoff_window_ = std::min<Clock::duration>(std::max(2 * backoff_window_, waited), kMaxBackoff);
-    serial_until_ = Clock::now() + backoff_window_;
+    serial_until_ = all_done + backoff_window_;
   } else if (waited < worked / 4) {
     backoff_window_ /= 2;
   }
