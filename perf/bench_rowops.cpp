@@ -1,10 +1,11 @@
 // bench-rowops: the row and elementwise ops around the GEMMs (layer_norm, rms_norm, gelu_tanh, silu, swiglu, add,
 // rope) in GB/s of data touched (reads + writes), against the DRAM read bandwidth measured in the same run.
 //
-// Shapes: decode (1 row of 768: latency-bound, L1), prefill (512 x 768, 1.5 MiB per array: L2/L3) and stream
-// (16384 x 768, 48 MiB per array: DRAM). These ops have no FLOP roof worth quoting; the bandwidth is the roof, and
-// only the stream shape is bounded by DRAM (the others may exceed it: they run from cache). The peer is the scalar
-// ref path of the same op (speedup column); rope takes no thread count (the executor calls it per token block).
+// Shapes: decode (1 row of 768: latency-bound, L1), short (128 x 768, a short prompt: 384 KiB per array, under
+// the norms' one-thread threshold), prefill (512 x 768, 1.5 MiB per array: L2/L3) and stream (16384 x 768, 48 MiB
+// per array: DRAM). These ops have no FLOP roof worth quoting; the bandwidth is the roof, and only the stream shape
+// is bounded by DRAM (the others may exceed it: they run from cache). The peer is the scalar ref path of the same
+// op (speedup column).
 // Each op runs every entry of its kernel table this CPU supports (ops/<op>/<op>_kernels.h), reference first.
 #include "perf/common/bench_util.h"
 
@@ -42,13 +43,10 @@ void fill(AlignedBuffer<float>& buf, uint32_t seed, float lo, float hi) {
 
 int main(int argc, char** argv) {
   BenchArgs args = BenchArgs::parse(argc, argv, "bench-rowops: norms, activations, residual add and RoPE in GB/s");
-  std::vector<Shape> shapes = {{"decode", 1, 768}, {"prefill", 512, 768}, {"stream", 16384, 768}};
+  std::vector<Shape> shapes = {{"decode", 1, 768}, {"short", 128, 768}, {"prefill", 512, 768}, {"stream", 16384, 768}};
   if (args.smoke) shapes = {{"decode", 1, 768}, {"prefill", 64, 768}};
 
-  // Ops that do not thread run on one thread: their roofs are the one-thread roofs.
-  std::vector<int> roof_threads = args.threads;
-  if (std::find(roof_threads.begin(), roof_threads.end(), 1) == roof_threads.end()) roof_threads.push_back(1);
-  const std::map<int, MachineRoofs> roofs = measure_roofs(default_isa(), roof_threads, args.smoke);
+  const std::map<int, MachineRoofs> roofs = measure_roofs(default_isa(), args.threads, args.smoke);
   nlohmann::json out = {{"machine", machine_json(roofs, "wall-clock median of " + std::to_string(args.reps) +
                                                             " runs, warm caches (each op's GB/s set against the "
                                                             "read roof of the level its arrays fit in)", args.threads)},
@@ -75,39 +73,37 @@ int main(int argc, char** argv) {
       struct Op {
         const char* name;
         double bytes;
-        bool threaded;
         const std::vector<KernelCase>& kernels;  // its op's table
         std::function<void(Isa)> run;
       };
       const std::vector<Op> ops_list = {
-          {"layer_norm", 2 * array_bytes, true, norm_cases,
+          {"layer_norm", 2 * array_bytes, norm_cases,
            [&](Isa isa) {
              ops::layer_norm(isa, a.data(), s.n_rows, s.d, s.d, weight.data(), bias.data(), 1e-5f, c.data(), s.d,
                              threads);
            }},
-          {"rms_norm", 2 * array_bytes, true, norm_cases,
+          {"rms_norm", 2 * array_bytes, norm_cases,
            [&](Isa isa) {
              ops::rms_norm(isa, a.data(), s.n_rows, s.d, s.d, weight.data(), 1e-5f, c.data(), s.d, threads);
            }},
           // Out of place from fixed inputs: repeated in-place gelu/silu would shrink values into subnormals
           // (gelu(x) ~ x/2 near 0), whose microcode assists would be timed instead of the kernel.
-          {"gelu_tanh", 2 * array_bytes, true, activation_cases,
+          {"gelu_tanh", 2 * array_bytes, activation_cases,
            [&](Isa isa) { ops::gelu_tanh(isa, a.data(), c.data(), n, threads); }},
-          {"silu", 2 * array_bytes, true, activation_cases,
+          {"silu", 2 * array_bytes, activation_cases,
            [&](Isa isa) { ops::silu(isa, a.data(), c.data(), n, threads); }},
-          {"swiglu", 3 * array_bytes, true, activation_cases,
+          {"swiglu", 3 * array_bytes, activation_cases,
            [&](Isa isa) { ops::swiglu(isa, a.data(), b.data(), c.data(), n, threads); }},
-          {"add", 3 * array_bytes, true, activation_cases,
+          {"add", 3 * array_bytes, activation_cases,
            [&](Isa isa) { ops::add(isa, a.data(), b.data(), c.data(), n, threads); }},
           // Rows of 12 heads x 64 (d = 768), rotate-half, positions 0..n_rows-1.
-          {"rope", 2 * array_bytes, false, rope_cases,
+          {"rope", 2 * array_bytes, rope_cases,
            [&](Isa isa) {
              ops::rope(isa, rope_table, ops::RopeLayout::rotate_half, c.data(), s.n_rows, s.d, s.d / head_dim,
-                       head_dim, 0);
+                       head_dim, 0, threads);
            }},
       };
       for (const Op& op : ops_list) {
-        if (!op.threaded && threads != args.threads.front()) continue;
         std::map<Isa, double> seconds;
         for (const KernelCase& kernel : op.kernels) {
           const Isa isa = kernel.isa;
@@ -115,15 +111,14 @@ int main(int argc, char** argv) {
           seconds[isa] = median_seconds([&] { op.run(isa); }, args.reps);
           const double gbs = op.bytes / seconds[isa] / 1e9;
           const double vs_ref = seconds[Isa::ref] / seconds[isa];
-          const int shown_threads = op.threaded ? threads : 1;
           // Warm caches: the arrays come from the level they fit in, and that level's read roof bounds the op.
           ReadRoof roof;
-          const RoofShare share = share_of_read_roof(gbs, op.bytes, roofs.at(shown_threads), &roof);
+          const RoofShare share = share_of_read_roof(gbs, op.bytes, roofs.at(threads), &roof);
           table.add({op.name, std::string(s.name) + " " + std::to_string(s.n_rows) + "x" + std::to_string(s.d),
-                     std::to_string(shown_threads), kernel.name, fmt(seconds[isa] * 1e6, 2), fmt(gbs),
+                     std::to_string(threads), kernel.name, fmt(seconds[isa] * 1e6, 2), fmt(gbs),
                      pct_cell(share) + " " + memory_level_name(roof.level), fmt(vs_ref, 1)});
           out["results"].push_back({{"op", op.name}, {"shape", s.name}, {"n_rows", s.n_rows}, {"d", s.d},
-                                    {"threads", shown_threads}, {"isa", isa_name(isa)}, {"kernel", kernel.name},
+                                    {"threads", threads}, {"isa", isa_name(isa)}, {"kernel", kernel.name},
                                     {"seconds", seconds[isa]}, {"gb_per_s", gbs},
                                     {"read_roof", memory_level_name(roof.level)}, {"read_roof_gbs", roof.gbs},
                                     {"pct_of_read_roof", pct_json(share)}, {"read_roof_note", share.text},

@@ -1,6 +1,8 @@
 // Shared executor steps: linear layers, the KV-cache write + attention, the output head (models/runtime/executor.h).
 #include "models/runtime/executor.h"
 
+#include "ops/base/threading.h"
+
 #include <sqrtdk/error.h>
 
 #include <algorithm>
@@ -32,16 +34,30 @@ void sequence_attention(ForwardState& s, int layer, const SequenceRows& rows) {
     return cache + (static_cast<size_t>(layer) * c.n_kv_heads + h) * rows.cache_stride * hd;
   };
 
+  // Threaded like the row ops (items of whole rows, one thread under 2^16 floats): a one-thread copy between the
+  // QKV GEMM and attention let the helpers fall asleep, and attention then paid their wake-up.
   run_op(s, "kv_store", layer, n, 0, 4.0 * n * c.n_kv_heads * hd * sizeof(float), [&] {
-    for (size_t h = 0; h < c.n_kv_heads; ++h) {
-      float* kc = cache_at(rows.k_cache, h);
-      float* vc = cache_at(rows.v_cache, h);
-      for (size_t t = 0; t < n; ++t) {
-        const float* row = qkv + t * qkv_w;
-        std::memcpy(kc + (pos0 + t) * hd, row + k_col + h * hd, hd * sizeof(float));
-        std::memcpy(vc + (pos0 + t) * hd, row + v_col + h * hd, hd * sizeof(float));
+    auto store_rows = [&](size_t t0, size_t t1) {
+      for (size_t h = 0; h < c.n_kv_heads; ++h) {
+        float* kc = cache_at(rows.k_cache, h);
+        float* vc = cache_at(rows.v_cache, h);
+        for (size_t t = t0; t < t1; ++t) {
+          const float* row = qkv + t * qkv_w;
+          std::memcpy(kc + (pos0 + t) * hd, row + k_col + h * hd, hd * sizeof(float));
+          std::memcpy(vc + (pos0 + t) * hd, row + v_col + h * hd, hd * sizeof(float));
+        }
       }
+    };
+    const size_t row_floats = 2 * c.n_kv_heads * hd;
+    if (n * row_floats < (size_t{1} << 16)) {
+      store_rows(0, n);
+      return;
     }
+    const size_t rows_per_item = std::max<size_t>(1, (size_t{1} << 14) / row_floats);
+    parallel_for(resolve_threads(s.n_threads), chunk_count(n, rows_per_item), [&](size_t item, int) {
+      const Range r = chunk_range(n, rows_per_item, item);
+      store_rows(r.begin, r.end);
+    });
   });
 
   ops::AttentionParams p;
@@ -96,7 +112,7 @@ void run_rope(ForwardState& s, int layer, float* rows, size_t n, size_t ld, size
   run_op(s, "rope", layer, n, 6.0 * n * n_heads * hd, 2.0 * n * n_heads * hd * sizeof(float), [&] {
     const auto layout = c.rope_interleaved ? ops::RopeLayout::interleaved : ops::RopeLayout::rotate_half;
     for_each_sequence(s, n, pos0, [&](const SequenceRows& seq) {
-      ops::rope(s.m->isa, *s.rope, layout, rows + seq.row0 * ld, seq.n, ld, n_heads, hd, seq.pos0);
+      ops::rope(s.m->isa, *s.rope, layout, rows + seq.row0 * ld, seq.n, ld, n_heads, hd, seq.pos0, s.n_threads);
     });
   });
 }

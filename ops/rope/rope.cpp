@@ -1,10 +1,12 @@
-// RoPE: argument checks and dispatch through the kernel table (defined here).
+// RoPE: argument checks, row split over threads, dispatch through the kernel table (defined here).
 #include "ops/rope/rope.h"
 
+#include "ops/base/threading.h"
 #include "ops/rope/rope_kernels.h"
 
 #include <sqrtdk/error.h>
 
+#include <algorithm>
 #include <string>
 
 namespace sqrtdk::ops {
@@ -19,7 +21,7 @@ std::span<const KernelEntry<RopeKernels>> rope_kernels() {
 }
 
 void rope(Isa isa, const RopeTable& table, RopeLayout layout, float* x, size_t n_tokens, size_t ld, size_t n_heads,
-          size_t head_dim, size_t pos0) {
+          size_t head_dim, size_t pos0, int n_threads) {
   if (head_dim != table.head_dim())
     throw Error("rope: head_dim " + std::to_string(head_dim) + " differs from the table's " +
                 std::to_string(table.head_dim()));
@@ -30,7 +32,18 @@ void rope(Isa isa, const RopeTable& table, RopeLayout layout, float* x, size_t n
   if (ld < n_heads * head_dim)
     throw Error("rope: ld " + std::to_string(ld) + " < n_heads * head_dim = " + std::to_string(n_heads * head_dim));
   if (n_tokens > 0 && x == nullptr) throw Error("rope: x is null");
-  select_kernel(rope_kernels(), isa).kernels.rope(table, layout, x, n_tokens, ld, n_heads, head_dim, pos0);
+  const auto kernel = select_kernel(rope_kernels(), isa).kernels.rope;
+  const size_t row_floats = n_heads * head_dim;
+  const int threads = n_tokens * row_floats < (size_t{1} << 16) ? 1 : resolve_threads(n_threads);
+  if (threads <= 1) {
+    kernel(table, layout, x, n_tokens, ld, n_heads, head_dim, pos0);
+    return;
+  }
+  const size_t rows_per_item = std::max<size_t>(1, (size_t{1} << 14) / row_floats);
+  parallel_for(threads, chunk_count(n_tokens, rows_per_item), [&](size_t item, int) {
+    const Range r = chunk_range(n_tokens, rows_per_item, item);
+    kernel(table, layout, x + r.begin * ld, r.end - r.begin, ld, n_heads, head_dim, pos0 + r.begin);
+  });
 }
 
 }  // namespace sqrtdk::ops

@@ -11,7 +11,12 @@
 // to about ulp(angle) ~ pos * 2^-24 (e.g. 4e-6 at pos 63): golden comparisons against PyTorch carry that.
 //
 // rope(): x holds n_tokens rows (row t at x + t * ld, token t at position pos0 + t), each with n_heads heads of
-// head_dim contiguous floats; rotated in place. Not threaded (the executor calls it per block of tokens).
+// head_dim contiguous floats; rotated in place.
+// Threading: as the norms (norm.h): under 2^16 floats on one thread, above over items of whole rows (~16 Ki floats
+// each, boundaries from the shape only) claimed by up to n_threads (0 = resolve_threads default). Rows are
+// independent, so the result is the same for any thread count. Why threaded at all (a few tens of microseconds at
+// T = 128): between the QKV GEMM and attention a one-thread op let the helpers fall asleep, and attention then
+// paid an idle vCPU's wake-up.
 // Accuracy: SIMD within 2 ulp of max(|x0|, |x1|) of the double reference (same table).
 // Errors: sqrtdk::Error if head_dim differs from the table's, pos0 + n_tokens > max_seq, ld < n_heads * head_dim,
 // or x is null.
@@ -51,7 +56,7 @@ class RopeTable {
 };
 
 void rope(Isa isa, const RopeTable& table, RopeLayout layout, float* x, size_t n_tokens, size_t ld, size_t n_heads,
-          size_t head_dim, size_t pos0);
+          size_t head_dim, size_t pos0, int n_threads = 1);
 
 // Scalar reference: same table, each output in double from the float inputs, rounded once.
 void rope_ref(const RopeTable& table, RopeLayout layout, float* x, size_t n_tokens, size_t ld, size_t n_heads,

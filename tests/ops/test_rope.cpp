@@ -137,3 +137,26 @@ TEST_CASE("rope: bad arguments are errors") {
   CHECK_THROWS_AS(ops::rope(isa, table, ops::RopeLayout::rotate_half, x.data(), 4, 8, 2, 8, 0), Error);
   CHECK_NOTHROW(ops::rope(isa, table, ops::RopeLayout::interleaved, x.data(), 4, 16, 2, 8, 12));
 }
+
+TEST_CASE("rope: any thread count gives the same bits (rows split into items at their own positions)") {
+  // 97 tokens x 16 heads x 64 = 99 328 floats: above the 2^16 under which rope stays on one thread; items of 16
+  // rows, so 7 items, the last one short, each starting at its own position pos0 + first row.
+  const size_t n_tokens = 97, n_heads = 16, head_dim = 64, pos0 = 3;
+  const size_t ld = n_heads * head_dim + 4;
+  const ops::RopeTable table(128, head_dim, 10000.0f);
+  const std::vector<float> x = make_rows(n_tokens * ld, 21);
+  for (const auto& kernel : ops::runnable_kernels(ops::rope_kernels())) {
+    CAPTURE(std::string(kernel.name));
+    for (auto layout : {ops::RopeLayout::rotate_half, ops::RopeLayout::interleaved}) {
+      std::vector<float> one = x;
+      ops::rope(kernel.isa, table, layout, one.data(), n_tokens, ld, n_heads, head_dim, pos0, 1);
+      CHECK(one != x);
+      for (int threads : {2, 3, 4}) {
+        CAPTURE(threads);
+        std::vector<float> many = x;
+        ops::rope(kernel.isa, table, layout, many.data(), n_tokens, ld, n_heads, head_dim, pos0, threads);
+        REQUIRE(many == one);
+      }
+    }
+  }
+}
