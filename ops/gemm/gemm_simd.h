@@ -284,13 +284,20 @@ void gemm_region(const BlockSizes& bs, const GemmCall& call, size_t m0, size_t m
           const size_t tiles = (mc + MR - 1) / MR;
           const size_t lines = (next_k * NR + kFloatsPerLine - 1) / kFloatsPerLine;
           const size_t lines_per_tile = (lines + tiles - 1) / tiles;
-          for (size_t ir = 0, t = 0; ir < mc; ir += MR, ++t) {
-            const size_t m = std::min<size_t>(MR, mc - ir);
+          // A short last tile (tail rows ≤ MR/2, e.g. the 2 of 32 = 5·6 + 2) loads a B row for only a few FMAs;
+          // the last two tiles then share MR + tail rows evenly (6 + 2 -> 4 + 4). Which rows a tile holds changes
+          // no result: every element is computed in the same K order by any tile height.
+          const size_t tail = mc % MR;
+          const size_t split_at = tail != 0 && tail <= MR / 2 && mc > MR ? mc - tail - MR : mc;
+          for (size_t ir = 0, t = 0; ir < mc; ++t) {
+            size_t m = std::min<size_t>(MR, mc - ir);
+            if (ir >= split_at) m = ir == split_at ? (MR + tail + 1) / 2 : mc - ir;
             const size_t first = std::min(lines, t * lines_per_tile);
             const size_t count = std::min({lines_per_tile, lines - first, kc});
             kernels[m - 1](kc, call.src + (ic + ir) * call.lda + pc, call.lda, b, call.dst + (ic + ir) * call.ldc + jr,
                            call.ldc, n, pc > 0, last, ic + ir, jr, next ? next + first * kFloatsPerLine : nullptr,
                            count);
+            ir += m;
           }
         }
       }

@@ -159,10 +159,12 @@ TEST_CASE("gemm: shapes across every tile edge, every ISA, cross-checked with on
     CAPTURE(std::string(kernel.name));
     if (isa == Isa::ref) continue;
     const gemm_detail::BlockSizes& b = kernel.kernels.bs;
-    // M: 1 .. mr + 1, 2·mr + 1, mc + 1, 513.
+    // M: 1 .. mr + 1, 2·mr + 1 .. 2·mr + mr/2 + 1 (tails up to mr/2 share the last two tiles evenly, e.g. 6 + 2 ->
+    // 4 + 4; the next tail does not), mc + 1, 513.
     std::vector<size_t> ms;
     for (size_t m = 1; m <= b.mr + 1; ++m) ms.push_back(m);
-    for (size_t m : {2 * b.mr + 1, b.mc + 1, size_t{513}}) ms.push_back(m);
+    for (size_t m = 2 * b.mr + 1; m <= 2 * b.mr + b.mr / 2 + 1; ++m) ms.push_back(m);
+    for (size_t m : {b.mc + 1, size_t{513}}) ms.push_back(m);
     for (size_t M : ms) check_shape(M, 33, 385, 10, true);
     // N: 1, nr − 1, nr, nr + 1, 3·nr + 5, nc + 1, 3072.
     for (size_t N : {size_t{1}, b.nr - 1, b.nr, b.nr + 1, 3 * b.nr + 5, b.nc + 1, size_t{3072}})
