@@ -38,8 +38,7 @@ void llama_forward(ForwardState& s, const uint32_t* tokens, size_t n, size_t pos
       ops::rms_norm(isa, x, n, d, d, w.attn_norm_weight.data(), c.norm_eps, xb, d, s.n_threads);
     });
     run_linear(s, "attn_qkv", layer, w.attn_qkv, xb, n, d, s.qkv.data(), qkv_w, {});
-    // q heads then k heads are adjacent in a qkv row: rotate them in one call.
-    run_rope(s, layer, s.qkv.data(), n, qkv_w, c.n_heads + c.n_kv_heads, pos0);
+    run_rope_qk(s, layer, s.qkv.data(), n, qkv_w, pos0);
     run_attention(s, layer, n, pos0);
     ops::GemmEpilogue residual;
     residual.residual = x;

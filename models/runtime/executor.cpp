@@ -23,6 +23,26 @@ void run_linear(ForwardState& s, const char* op, int layer, const Linear& w, con
 
 namespace {
 
+// Runs fn(group, row_begin, row_end) over items of one kv group and a block of rows, group-major (a group's rows
+// are consecutive items: the pool's caller claims the first groups, its helpers the last), on the session's
+// threads; one thread under 2^16 floats in all. floats_per_row: what one group touches per row. The QKV GEMM's
+// items split columns, so without this order every head's rows came half from each core: with it, the thread that
+// rotates a group's q and k heads, and copies its k and v heads into the cache, tends to be the one whose attention
+// items read them (attention's fused items are group-major too). Rows and groups are independent: no result changes.
+template <class Fn>
+void for_group_items(ForwardState& s, size_t n, size_t n_groups, size_t floats_per_row, Fn&& fn) {
+  if (n * n_groups * floats_per_row < (size_t{1} << 16)) {
+    for (size_t g = 0; g < n_groups; ++g) fn(g, size_t{0}, n);
+    return;
+  }
+  const size_t rows_per_item = std::max<size_t>(1, (size_t{1} << 14) / floats_per_row);
+  const size_t chunks = chunk_count(n, rows_per_item);
+  parallel_for(resolve_threads(s.n_threads), n_groups * chunks, [&](size_t item, int) {
+    const Range r = chunk_range(n, rows_per_item, item % chunks);
+    fn(item / chunks, r.begin, r.end);
+  });
+}
+
 // One sequence's KV store and attention: rows [rows.row0, + rows.n) of s.qkv at positions rows.pos0 ...
 void sequence_attention(ForwardState& s, int layer, const SequenceRows& rows) {
   const ModelConfig& c = s.m->config;
@@ -34,29 +54,17 @@ void sequence_attention(ForwardState& s, int layer, const SequenceRows& rows) {
     return cache + (static_cast<size_t>(layer) * c.n_kv_heads + h) * rows.cache_stride * hd;
   };
 
-  // Threaded like the row ops (items of whole rows, one thread under 2^16 floats): a one-thread copy between the
-  // QKV GEMM and attention let the helpers fall asleep, and attention then paid their wake-up.
+  // Items of one kv head (and a block of rows on long prompts), in the order attention takes them, so the thread
+  // that copies a head's keys and values is likely the one whose attention items read them.
   run_op(s, "kv_store", layer, n, 0, 4.0 * n * c.n_kv_heads * hd * sizeof(float), [&] {
-    auto store_rows = [&](size_t t0, size_t t1) {
-      for (size_t h = 0; h < c.n_kv_heads; ++h) {
-        float* kc = cache_at(rows.k_cache, h);
-        float* vc = cache_at(rows.v_cache, h);
-        for (size_t t = t0; t < t1; ++t) {
-          const float* row = qkv + t * qkv_w;
-          std::memcpy(kc + (pos0 + t) * hd, row + k_col + h * hd, hd * sizeof(float));
-          std::memcpy(vc + (pos0 + t) * hd, row + v_col + h * hd, hd * sizeof(float));
-        }
+    for_group_items(s, n, c.n_kv_heads, 2 * hd, [&](size_t h, size_t t0, size_t t1) {
+      float* kc = cache_at(rows.k_cache, h);
+      float* vc = cache_at(rows.v_cache, h);
+      for (size_t t = t0; t < t1; ++t) {
+        const float* row = qkv + t * qkv_w;
+        std::memcpy(kc + (pos0 + t) * hd, row + k_col + h * hd, hd * sizeof(float));
+        std::memcpy(vc + (pos0 + t) * hd, row + v_col + h * hd, hd * sizeof(float));
       }
-    };
-    const size_t row_floats = 2 * c.n_kv_heads * hd;
-    if (n * row_floats < (size_t{1} << 16)) {
-      store_rows(0, n);
-      return;
-    }
-    const size_t rows_per_item = std::max<size_t>(1, (size_t{1} << 14) / row_floats);
-    parallel_for(resolve_threads(s.n_threads), chunk_count(n, rows_per_item), [&](size_t item, int) {
-      const Range r = chunk_range(n, rows_per_item, item);
-      store_rows(r.begin, r.end);
     });
   });
 
@@ -106,13 +114,20 @@ void run_attention(ForwardState& s, int layer, size_t n, size_t pos0) {
   for_each_sequence(s, n, pos0, [&](const SequenceRows& rows) { sequence_attention(s, layer, rows); });
 }
 
-void run_rope(ForwardState& s, int layer, float* rows, size_t n, size_t ld, size_t n_heads, size_t pos0) {
+void run_rope_qk(ForwardState& s, int layer, float* qkv, size_t n, size_t ld, size_t pos0) {
   const ModelConfig& c = s.m->config;
-  const size_t hd = c.head_dim;
-  run_op(s, "rope", layer, n, 6.0 * n * n_heads * hd, 2.0 * n * n_heads * hd * sizeof(float), [&] {
+  const size_t hd = c.head_dim, n_groups = c.n_kv_heads, group = c.n_heads / c.n_kv_heads;
+  const size_t heads = c.n_heads + c.n_kv_heads;
+  run_op(s, "rope", layer, n, 6.0 * n * heads * hd, 2.0 * n * heads * hd * sizeof(float), [&] {
     const auto layout = c.rope_interleaved ? ops::RopeLayout::interleaved : ops::RopeLayout::rotate_half;
     for_each_sequence(s, n, pos0, [&](const SequenceRows& seq) {
-      ops::rope(s.m->isa, *s.rope, layout, rows + seq.row0 * ld, seq.n, ld, n_heads, hd, seq.pos0, s.n_threads);
+      float* rows = qkv + seq.row0 * ld;
+      auto rotate = [&](size_t g, size_t t0, size_t t1) {  // kv group g's q heads and its k head, rows [t0, t1)
+        ops::rope(s.m->isa, *s.rope, layout, rows + t0 * ld + g * group * hd, t1 - t0, ld, group, hd, seq.pos0 + t0);
+        ops::rope(s.m->isa, *s.rope, layout, rows + t0 * ld + (c.n_heads + g) * hd, t1 - t0, ld, 1, hd,
+                  seq.pos0 + t0);
+      };
+      for_group_items(s, seq.n, n_groups, (group + 1) * hd, rotate);
     });
   });
 }

@@ -64,7 +64,7 @@ struct ForwardState {
 
   // Empty: every row of a chunk is this state's one sequence (a Session), its cache k_cache/v_cache. Otherwise the
   // chunk's rows are these sequences' (a batch step; k_cache/v_cache unused); families reach positions and caches
-  // only through run_rope, run_attention and for_each_sequence, which handle both.
+  // only through run_rope_qk, run_attention and for_each_sequence, which handle both.
   std::span<const SequenceRows> sequences;
   // Batches compute every row in one K order whatever the rows beside it (ops::RowOrder::invariant).
   ops::RowOrder row_order = ops::RowOrder::fastest;
@@ -137,8 +137,9 @@ inline void for_each_sequence(ForwardState& s, size_t n, size_t pos0, Fn&& fn) {
 // attention for the q columns; output to s.att. Per sequence in a batch step.
 void run_attention(ForwardState& s, int layer, size_t n, size_t pos0);
 
-// Rotates the first n_heads heads (of head_dim) of each of the n rows of `rows` (row stride ld) by their positions.
-void run_rope(ForwardState& s, int layer, float* rows, size_t n, size_t ld, size_t n_heads, size_t pos0);
+// Rotates the q heads and k heads (n_heads, then n_kv_heads, of head_dim, at the start of each row) of the n rows
+// of qkv (row stride ld) by their positions; in items of one kv group (its q heads and its k head).
+void run_rope_qk(ForwardState& s, int layer, float* qkv, size_t n, size_t ld, size_t pos0);
 
 // The final norm has been applied to rows [first_row, n) of s.xb; computes their logits into s.logits.
 void run_lm_head(ForwardState& s, size_t first_row, size_t n);

@@ -69,8 +69,10 @@ void fused_prefill(const AttentionKernels& kernels, const AttentionParams& p, At
   ws.reserve_thread_scratch(static_cast<size_t>(threads), per_thread);
   const size_t n_items = p.n_kv_heads * plan.n_blocks;
   auto item_fn = [&](size_t item, float* scratch) {
-    // Later query blocks first (the most expensive under causal masking).
-    const size_t qb = plan.n_blocks - 1 - item / p.n_kv_heads, g = item % p.n_kv_heads;
+    // Group-major (the pool's caller claims the first kv groups, its helpers the last: each thread tends to read
+    // the heads it rotated and stored, executor.cpp), later query blocks first within a group (the most expensive
+    // under causal masking).
+    const size_t g = item / plan.n_blocks, qb = plan.n_blocks - 1 - item % plan.n_blocks;
     kernels.prefill_item(p, plan, g, qb, scratch);
   };
   // Items are independent and each writes its own output rows: any schedule gives the same bits. Claimed as they
