@@ -39,6 +39,15 @@ inline constexpr size_t kPathLadderSize = 8;
 inline constexpr std::array<size_t, kPathLadderSize> kPathLadderKeys = {64, 128, 256, 512, 1024, 2048, 4096, 8192};
 inline constexpr size_t kChunkQueries = 512;  // the engine's default prefill chunk (SessionOptions::max_batch)
 
+// The revision of what a table measures: part of its cache key, so a table measured by an older build is not used
+// (`cached` takes the built-in rule until `sqrtdk calibrate` measures again). Bump it with any change to either
+// path that can move their ratio (kernels, tiles, item order, blocking) or to the ladder and modes above.
+//   2: the ladder and four modes; the unfused path blocks its queries past 16 MiB of scores.
+//   3: the fused prefill takes its items kv-group-major (a group's K/V stay in L2 across its query blocks: on Zen 5
+//      fused became 1.04–1.13x faster than a revision-2 table had it on long non-causal prompts and chunks, and
+//      the engine took the slower path on 18 of 76 bench-attention rows).
+inline constexpr int kAttentionPathsRevision = 3;
+
 struct AttentionPathTable {
   size_t n_heads = 0, n_kv_heads = 0, head_dim = 0;  // the head configuration measured; other shapes: built-in
   std::vector<int> threads;                          // the thread counts the ratios average over

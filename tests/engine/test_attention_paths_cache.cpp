@@ -55,7 +55,7 @@ void write_entry(const std::filesystem::path& file, Isa isa, double ratio, size_
     rows[ops::attention_mode_name(kind)] = row;
   }
   nlohmann::json cache = nlohmann::json::object();
-  cache["v2|" + machine_cache::cpu_identity() + "|" + isa_name(isa) + "|8/4x32"] = {
+  cache[attention_paths_entry_key(isa, 8, 4, 32)] = {
       {"keys", ops::kPathLadderKeys},
       {"threads", {1, 2}},
       {"fused_over_unfused", rows},
@@ -100,8 +100,23 @@ TEST_CASE("attention paths cache: a damaged file or entry falls back to the buil
   std::filesystem::create_directories(home.file().parent_path());
   { std::ofstream(home.file()) << "{ not json"; }
   CHECK(load(AttentionPaths::cached)->attention_paths_source().rfind("built-in rule", 0) == 0);
-  nlohmann::json cache = {{"v2|" + machine_cache::cpu_identity() + "|" + isa_name(default_isa()) + "|8/4x32",
+  nlohmann::json cache = {{attention_paths_entry_key(default_isa(), 8, 4, 32),
                            {{"keys", {1, 2, 3}}, {"threads", {1}}}}};  // another ladder
+  REQUIRE(machine_cache::write_atomically(home.file(), cache).empty());
+  CHECK(load(AttentionPaths::cached)->attention_paths_source().rfind("built-in rule", 0) == 0);
+}
+
+TEST_CASE("attention paths cache: a table of an older revision is not used (measured by another build's kernels)") {
+  CacheHome home;
+  const Isa isa = default_isa();
+  write_entry(home.file(), isa, 2.0, 256);
+  nlohmann::json cache = nlohmann::json::parse(std::ifstream(home.file()));
+  const std::string key = attention_paths_entry_key(isa, 8, 4, 32);
+  REQUIRE(key.rfind("v" + std::to_string(ops::kAttentionPathsRevision) + "|", 0) == 0);
+  CHECK(load(AttentionPaths::cached)->attention_paths_source().rfind("cache ", 0) == 0);  // this revision: used
+  const std::string older = "v" + std::to_string(ops::kAttentionPathsRevision - 1) + key.substr(key.find('|'));
+  cache[older] = cache[key];
+  cache.erase(key);
   REQUIRE(machine_cache::write_atomically(home.file(), cache).empty());
   CHECK(load(AttentionPaths::cached)->attention_paths_source().rfind("built-in rule", 0) == 0);
 }

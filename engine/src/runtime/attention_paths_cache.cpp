@@ -9,15 +9,18 @@
 
 namespace sqrtdk {
 
-namespace {
-
-// "v2": the ladder and the four modes of attention_paths.h (64 .. 8192 keys; decode, causal prompt, causal chunk,
-// non-causal) and the unfused path that blocks its queries past 16 MiB of scores. An entry of another version is
-// ignored and re-measured.
-std::string entry_key(Isa isa, size_t n_heads, size_t n_kv_heads, size_t head_dim) {
-  return "v2|" + machine_cache::cpu_identity() + "|" + isa_name(isa) + "|" + std::to_string(n_heads) + "/" +
-         std::to_string(n_kv_heads) + "x" + std::to_string(head_dim);
+std::string attention_paths_entry_key(Isa isa, size_t n_heads, size_t n_kv_heads, size_t head_dim) {
+  // Appended piece by piece: GCC 12 warns (-Wrestrict, a false positive) on "literal" + a temporary std::string.
+  std::string key = "v";
+  for (const std::string& piece :
+       {std::to_string(ops::kAttentionPathsRevision), std::string("|"), machine_cache::cpu_identity(),
+        std::string("|"), std::string(isa_name(isa)), std::string("|"), std::to_string(n_heads), std::string("/"),
+        std::to_string(n_kv_heads), std::string("x"), std::to_string(head_dim)})
+    key += piece;
+  return key;
 }
+
+namespace {
 
 nlohmann::json to_json(const ops::AttentionPathTable& t) {
   nlohmann::json ratios = nlohmann::json::object();
@@ -69,7 +72,7 @@ ResolvedAttentionPaths resolve_attention_paths(Isa isa, size_t n_heads, size_t n
   }
   const std::filesystem::path dir = machine_cache::folder();
   const std::filesystem::path file = dir / "attention_paths.json";
-  const std::string key = entry_key(isa, n_heads, n_kv_heads, head_dim);
+  const std::string key = attention_paths_entry_key(isa, n_heads, n_kv_heads, head_dim);
   nlohmann::json cache = dir.empty() ? nlohmann::json::object() : machine_cache::read_object(file);
   const size_t max_keys = ladder_keys_for_context(max_seq);
   if (policy != AttentionPaths::recalibrate && cache.contains(key)) {

@@ -17,6 +17,10 @@ struct ResolvedAttentionPaths {
   std::string source;             // "built-in rule (...)", "cache <file> (measured <when>)", "measured now (...)"
 };
 
+// The cache entry's key: "v<ops::kAttentionPathsRevision>|<cpu identity>|<isa>|<heads>/<kv heads>x<head_dim>". An
+// entry of another revision is ignored (and replaced when measured again).
+std::string attention_paths_entry_key(Isa isa, size_t n_heads, size_t n_kv_heads, size_t head_dim);
+
 // Thread counts a calibration measures: 1 and the machine's logical cores (once each).
 std::vector<int> calibration_threads();
 
