@@ -24,20 +24,21 @@ void run_linear(ForwardState& s, const char* op, int layer, const Linear& w, con
 namespace {
 
 // Runs fn(group, row_begin, row_end) over items of one kv group and a block of rows, group-major (a group's rows
-// are consecutive items: the pool's caller claims the first groups, its helpers the last), on the session's
-// threads; one thread under 2^16 floats in all. floats_per_row: what one group touches per row. The QKV GEMM's
+// are consecutive items: the pool's caller claims the first groups, its helpers the last), on up to n_threads; the
+// row ops' thresholds (threading.h: one thread under 2^16 floats in all). floats_per_row: what one group touches
+// per row. The QKV GEMM's
 // items split columns, so without this order every head's rows came half from each core: with it, the thread that
 // rotates a group's q and k heads, and copies its k and v heads into the cache, tends to be the one whose attention
 // items read them (attention's fused items are group-major too). Rows and groups are independent: no result changes.
 template <class Fn>
-void for_group_items(ForwardState& s, size_t n, size_t n_groups, size_t floats_per_row, Fn&& fn) {
-  if (n * n_groups * floats_per_row < (size_t{1} << 16)) {
+void for_group_items(int n_threads, size_t n, size_t n_groups, size_t floats_per_row, Fn&& fn) {
+  if (n * n_groups * floats_per_row < kRowOpOneThreadBelow) {
     for (size_t g = 0; g < n_groups; ++g) fn(g, size_t{0}, n);
     return;
   }
-  const size_t rows_per_item = std::max<size_t>(1, (size_t{1} << 14) / floats_per_row);
+  const size_t rows_per_item = row_op_rows_per_item(floats_per_row);
   const size_t chunks = chunk_count(n, rows_per_item);
-  parallel_for(resolve_threads(s.n_threads), n_groups * chunks, [&](size_t item, int) {
+  parallel_for(resolve_threads(n_threads), n_groups * chunks, [&](size_t item, int) {
     const Range r = chunk_range(n, rows_per_item, item % chunks);
     fn(item / chunks, r.begin, r.end);
   });
@@ -57,7 +58,7 @@ void sequence_attention(ForwardState& s, int layer, const SequenceRows& rows) {
   // Items of one kv head (and a block of rows on long prompts), in the order attention takes them, so the thread
   // that copies a head's keys and values is likely the one whose attention items read them.
   run_op(s, "kv_store", layer, n, 0, 4.0 * n * c.n_kv_heads * hd * sizeof(float), [&] {
-    for_group_items(s, n, c.n_kv_heads, 2 * hd, [&](size_t h, size_t t0, size_t t1) {
+    for_group_items(s.n_threads, n, c.n_kv_heads, 2 * hd, [&](size_t h, size_t t0, size_t t1) {
       float* kc = cache_at(rows.k_cache, h);
       float* vc = cache_at(rows.v_cache, h);
       for (size_t t = t0; t < t1; ++t) {
@@ -127,7 +128,7 @@ void run_rope_qk(ForwardState& s, int layer, float* qkv, size_t n, size_t ld, si
         ops::rope(s.m->isa, *s.rope, layout, rows + t0 * ld + (c.n_heads + g) * hd, t1 - t0, ld, 1, hd,
                   seq.pos0 + t0);
       };
-      for_group_items(s, seq.n, n_groups, (group + 1) * hd, rotate);
+      for_group_items(s.n_threads, seq.n, n_groups, (group + 1) * hd, rotate);
     });
   });
 }

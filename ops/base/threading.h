@@ -46,4 +46,29 @@ inline Range chunk_range(size_t n, size_t chunk, size_t item) {
 }
 inline size_t chunk_count(size_t n, size_t chunk) { return (n + chunk - 1) / chunk; }
 
+// The row ops' split (softmax, norms, RoPE, the engine's KV store): under kRowOpOneThreadBelow floats in all on one
+// thread (~15 us on one core: waking a helper costs more than it saves; softmax of 64 x 64 at 2 threads ran at a
+// quarter of the 1-thread rate per core); above, items of whole rows, about kRowOpItemFloats each, boundaries from
+// the shape only, so a late helper's share is picked up by the others and the result never depends on the split.
+inline constexpr size_t kRowOpOneThreadBelow = size_t{1} << 16;
+inline constexpr size_t kRowOpItemFloats = size_t{1} << 14;
+inline size_t row_op_rows_per_item(size_t floats_per_row) {
+  return std::max<size_t>(1, kRowOpItemFloats / std::max<size_t>(1, floats_per_row));
+}
+
+// Runs fn(row_begin, row_end) over [0, n_rows) by that split, on up to n_threads (0: resolve_threads default).
+template <class F>
+void for_row_items(size_t n_rows, size_t floats_per_row, int n_threads, F&& fn) {
+  const int threads = n_rows * floats_per_row < kRowOpOneThreadBelow ? 1 : resolve_threads(n_threads);
+  if (threads <= 1) {
+    fn(size_t{0}, n_rows);
+    return;
+  }
+  const size_t rows_per_item = row_op_rows_per_item(floats_per_row);
+  parallel_for(threads, chunk_count(n_rows, rows_per_item), [&](size_t item, int) {
+    const Range r = chunk_range(n_rows, rows_per_item, item);
+    fn(r.begin, r.end);
+  });
+}
+
 }  // namespace sqrtdk

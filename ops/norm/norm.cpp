@@ -26,25 +26,6 @@ void check_rows(const char* op, const float* src, size_t n_rows, size_t d, size_
   if (!(eps > 0.0f) || !std::isfinite(eps)) throw Error(where + "eps must be finite and > 0, got " + std::to_string(eps));
 }
 
-// Runs fn(row_begin, row_end) over the rows: under 2^16 elements (a few microseconds) on one thread, as softmax
-// does, since waking a helper costs more than that; above, over items of whole rows, ~kChunkElements each (the
-// boundaries depend on the shape only), claimed by the participants as they come. Rows are independent: the split
-// changes no result.
-template <class F>
-void for_row_ranges(size_t n_rows, size_t d, int n_threads, F fn) {
-  constexpr size_t kChunkElements = size_t{1} << 14;
-  const int threads = n_rows * d < (size_t{1} << 16) ? 1 : resolve_threads(n_threads);
-  if (threads <= 1) {
-    fn(size_t{0}, n_rows);
-    return;
-  }
-  const size_t rows_per_item = std::max<size_t>(1, kChunkElements / d);
-  parallel_for(threads, chunk_count(n_rows, rows_per_item), [&](size_t item, int) {
-    const Range r = chunk_range(n_rows, rows_per_item, item);
-    fn(r.begin, r.end);
-  });
-}
-
 }  // namespace
 
 std::span<const KernelEntry<NormKernels>> norm_kernels() {
@@ -60,7 +41,7 @@ void layer_norm(Isa isa, const float* src, size_t n_rows, size_t d, size_t ld_sr
                 const float* bias, float eps, float* dst, size_t ld_dst, int n_threads) {
   const NormKernels& kernels = select_kernel(norm_kernels(), isa).kernels;
   check_rows("layer_norm", src, n_rows, d, ld_src, weight, eps, dst, ld_dst);
-  for_row_ranges(n_rows, d, n_threads, [&](size_t begin, size_t end) {
+  for_row_items(n_rows, d, n_threads, [&](size_t begin, size_t end) {
     const float* s = src + begin * ld_src;
     float* o = dst + begin * ld_dst;
     const size_t rows = end - begin;
@@ -72,7 +53,7 @@ void rms_norm(Isa isa, const float* src, size_t n_rows, size_t d, size_t ld_src,
               float* dst, size_t ld_dst, int n_threads) {
   const NormKernels& kernels = select_kernel(norm_kernels(), isa).kernels;
   check_rows("rms_norm", src, n_rows, d, ld_src, weight, eps, dst, ld_dst);
-  for_row_ranges(n_rows, d, n_threads, [&](size_t begin, size_t end) {
+  for_row_items(n_rows, d, n_threads, [&](size_t begin, size_t end) {
     const float* s = src + begin * ld_src;
     float* o = dst + begin * ld_dst;
     const size_t rows = end - begin;

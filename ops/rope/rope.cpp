@@ -6,7 +6,6 @@
 
 #include <sqrtdk/error.h>
 
-#include <algorithm>
 #include <string>
 
 namespace sqrtdk::ops {
@@ -33,16 +32,8 @@ void rope(Isa isa, const RopeTable& table, RopeLayout layout, float* x, size_t n
     throw Error("rope: ld " + std::to_string(ld) + " < n_heads * head_dim = " + std::to_string(n_heads * head_dim));
   if (n_tokens > 0 && x == nullptr) throw Error("rope: x is null");
   const auto kernel = select_kernel(rope_kernels(), isa).kernels.rope;
-  const size_t row_floats = n_heads * head_dim;
-  const int threads = n_tokens * row_floats < (size_t{1} << 16) ? 1 : resolve_threads(n_threads);
-  if (threads <= 1) {
-    kernel(table, layout, x, n_tokens, ld, n_heads, head_dim, pos0);
-    return;
-  }
-  const size_t rows_per_item = std::max<size_t>(1, (size_t{1} << 14) / row_floats);
-  parallel_for(threads, chunk_count(n_tokens, rows_per_item), [&](size_t item, int) {
-    const Range r = chunk_range(n_tokens, rows_per_item, item);
-    kernel(table, layout, x + r.begin * ld, r.end - r.begin, ld, n_heads, head_dim, pos0 + r.begin);
+  for_row_items(n_tokens, n_heads * head_dim, n_threads, [&](size_t begin, size_t end) {
+    kernel(table, layout, x + begin * ld, end - begin, ld, n_heads, head_dim, pos0 + begin);
   });
 }
 

@@ -12,11 +12,10 @@
 //
 // rope(): x holds n_tokens rows (row t at x + t * ld, token t at position pos0 + t), each with n_heads heads of
 // head_dim contiguous floats; rotated in place.
-// Threading: as the norms (norm.h): under 2^16 floats on one thread, above over items of whole rows (~16 Ki floats
-// each, boundaries from the shape only) claimed by up to n_threads (0 = resolve_threads default). Rows are
-// independent, so the result is the same for any thread count. Why threaded at all (a few tens of microseconds at
-// T = 128): between the QKV GEMM and attention a one-thread op let the helpers fall asleep, and attention then
-// paid an idle vCPU's wake-up.
+// Threading: the row ops' split (ops/base/threading.h, for_row_items): under 2^16 floats on one thread, above over
+// items of whole rows claimed by up to n_threads (0 = resolve_threads default). Rows are independent, so the result
+// is the same for any thread count. (The engine calls it with one thread from its own items, one kv group each:
+// models/runtime/executor.cpp.)
 // Accuracy: SIMD within 2 ulp of max(|x0|, |x1|) of the double reference (same table).
 // Errors: sqrtdk::Error if head_dim differs from the table's, pos0 + n_tokens > max_seq, ld < n_heads * head_dim,
 // or x is null.

@@ -35,24 +35,13 @@ void softmax_rows(Isa isa, size_t n_rows, size_t n_cols, const float* src, size_
   if (src == dst && ld_src != ld_dst) throw Error(shape + ": in place needs ld_src == ld_dst");
   if (mask.additive != nullptr && mask.ld < n_cols) throw Error(shape + ": mask.ld must be >= n_cols");
   if (!std::isfinite(scale)) throw Error(shape + ": scale must be finite, got " + std::to_string(scale));
-  // Under 2^16 elements (~15 us on one core) waking a second thread costs more than it saves (measured: 64×64 at 2
-  // threads ran at a quarter of the 1-thread rate per core): one thread. Above, items of kChunkElements (whole
-  // rows; a chunk's boundaries depend on the shape only) so a late helper's share is picked up by the others. Rows
-  // are independent, so the split never changes the results.
-  constexpr size_t kChunkElements = size_t{1} << 14;
-  const int threads = n_rows * n_cols < (size_t{1} << 16) ? 1 : resolve_threads(n_threads);
+  // The row ops' split (threading.h): one thread under 2^16 elements, else items of whole rows.
   const SoftmaxKernels& kernels = select_kernel(softmax_kernels(), isa).kernels;
-  if (threads <= 1) {
-    kernels.rows(n_rows, n_cols, src, ld_src, dst, ld_dst, scale, mask);
-    return;
-  }
-  const size_t rows_per_item = std::max<size_t>(1, kChunkElements / n_cols);
-  parallel_for(threads, chunk_count(n_rows, rows_per_item), [&](size_t item, int) {
-    const Range r = chunk_range(n_rows, rows_per_item, item);
+  for_row_items(n_rows, n_cols, n_threads, [&](size_t begin, size_t end) {
     SoftmaxMask m = mask;
-    if (m.additive) m.additive += r.begin * m.ld;
-    m.pos0 += r.begin;  // row r.begin + i keeps columns 0 .. pos0 + r.begin + i
-    kernels.rows(r.end - r.begin, n_cols, src + r.begin * ld_src, ld_src, dst + r.begin * ld_dst, ld_dst, scale, m);
+    if (m.additive) m.additive += begin * m.ld;
+    m.pos0 += begin;  // row begin + i keeps columns 0 .. pos0 + begin + i
+    kernels.rows(end - begin, n_cols, src + begin * ld_src, ld_src, dst + begin * ld_dst, ld_dst, scale, m);
   });
 }
 

@@ -12,11 +12,17 @@ namespace sqrtdk {
 std::string attention_paths_entry_key(Isa isa, size_t n_heads, size_t n_kv_heads, size_t head_dim) {
   // Appended piece by piece: GCC 12 warns (-Wrestrict, a false positive) on "literal" + a temporary std::string.
   std::string key = "v";
-  for (const std::string& piece :
-       {std::to_string(ops::kAttentionPathsRevision), std::string("|"), machine_cache::cpu_identity(),
-        std::string("|"), std::string(isa_name(isa)), std::string("|"), std::to_string(n_heads), std::string("/"),
-        std::to_string(n_kv_heads), std::string("x"), std::to_string(head_dim)})
-    key += piece;
+  key += std::to_string(ops::kAttentionPathsRevision);
+  key += '|';
+  key += machine_cache::cpu_identity();
+  key += '|';
+  key += isa_name(isa);
+  key += '|';
+  key += std::to_string(n_heads);
+  key += '/';
+  key += std::to_string(n_kv_heads);
+  key += 'x';
+  key += std::to_string(head_dim);
   return key;
 }
 
