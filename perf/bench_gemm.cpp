@@ -538,8 +538,8 @@ int main(int argc, char** argv) try {
                                                            " interleaved samples, warm caches", args.threads)},
                           {"isa", isa_name(isa)}, {"kernel", entry.name},
                           {"choice_source", why}, {"reps", args.reps},
-                          {"statistic", "median of --reps interleaved samples; a sample is the mean of repeated "
-                                        "calls lasting >= 5 ms; warm caches"},
+                          {"statistic", "median of --reps interleaved samples; a sample (after one untimed call) is "
+                                        "the mean of repeated calls lasting >= 5 ms; warm caches"},
                           {"results", nlohmann::json::array()}, {"summary", nlohmann::json::array()}};
     const std::string table = run_sweep(isa, args, cases, out);
     if (args.json) {
@@ -566,7 +566,8 @@ int main(int argc, char** argv) try {
         {"kernel", kernel},
         {"method",
          {{"clock", "wall"},
-          {"statistic", "median of --reps samples; a sample is the mean of repeated calls lasting >= 5 ms"},
+          {"statistic", "median of --reps samples; a sample (after the other contenders' threads went idle and one "
+                        "untimed call) is the mean of repeated calls lasting >= 5 ms"},
           {"order", "interleaved per sample: sqrtdk, oneDNN"},
           {"caches", "warm (same weights every call): decode weight GB/s is set against the read roof of the "
                      "level the weights fit in (L2, L3 or DRAM)"},
@@ -609,7 +610,8 @@ int main(int argc, char** argv) try {
       {"kernel", kernel},
       {"method",
        {{"clock", "wall"},
-        {"statistic", "median of --reps samples; a sample is the mean of repeated calls lasting >= 5 ms"},
+        {"statistic", "median of --reps samples; a sample (after the other contenders' threads went idle and one "
+                      "untimed call) is the mean of repeated calls lasting >= 5 ms"},
         {"order", "interleaved per sample: sqrtdk, oneDNN, OpenBLAS"},
         {"caches", "warm (same weights every call): decode weight GB/s is set against the read roof of the level "
                    "the weights fit in (L2, L3 or DRAM)"},

@@ -124,10 +124,12 @@ double median_seconds(const std::function<void()>& fn, int reps, double min_seco
 }
 
 // Median seconds per call of each of fns, timed in turn (fns[0], fns[1], ..., fns[0], ...) so that noise from
-// other processes on this shared machine hits all alike. Each sample repeats a call enough times to last ≥ 5 ms.
+// other processes on this shared machine hits all alike. Each sample repeats a call enough times to last ≥ 5 ms,
+// after the other contenders' threads went idle and one untimed call.
 std::vector<double> interleaved_medians(const std::vector<std::function<void()>>& fns, int reps) {
   auto inner_count = [](const std::function<void()>& fn) {
-    fn();  // warm-up: faults in scratch and outputs, wakes the thread pools
+    wait_for_idle_threads();  // timed like a sample: a peer's spinning workers would make fn look slower
+    fn();                     // warm-up: faults in scratch and outputs, wakes the thread pools
     const double t0 = now_seconds();
     fn();
     const double once = now_seconds() - t0;
@@ -137,6 +139,10 @@ std::vector<double> interleaved_medians(const std::vector<std::function<void()>>
   for (const auto& fn : fns) inner.push_back(inner_count(fn));
   auto sample = [](const std::function<void()>& fn, int n) {
     wait_for_idle_threads();  // the previous contender's spinning workers must not hold this one's cores
+    // One untimed call wakes this contender's sleeping workers (the wait above put them to sleep: ~60–130 us per
+    // wake-up on this VM, 2026-12-03, a tenth of a 1 ms call); the timed calls then run back to back, as a forward
+    // pass's GEMMs do. Every contender gets the same.
+    fn();
     const double t0 = now_seconds();
     for (int i = 0; i < n; ++i) fn();
     return (now_seconds() - t0) / n;

@@ -49,8 +49,8 @@ double wait_for_idle_threads(double limit_seconds = 0.5);
 double median_seconds(const std::function<void()>& fn, int reps, double min_seconds = 0.01);
 
 // Median seconds per call of each of fns, timed in turn (fns[0], fns[1], ..., fns[0], ...) so that noise from
-// other processes on this shared machine hits all alike; each sample waits for idle threads first and repeats a
-// call enough times to last ≥ 5 ms.
+// other processes on this shared machine hits all alike; each sample waits for idle threads first, makes one
+// untimed call (it wakes the contender's own sleeping workers) and then repeats a call enough times to last ≥ 5 ms.
 std::vector<double> interleaved_medians(const std::vector<std::function<void()>>& fns, int reps);
 
 // Median of `reps` single calls, each after 96 MiB (3× the L3) has been written: the data fn reads comes from DRAM,
