@@ -6,12 +6,18 @@
 
 #include <omp.h>
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace sqrtdk::roofs {
@@ -111,7 +117,7 @@ std::string read_word(const std::filesystem::path& file) {
 
 }  // namespace
 
-CacheSizes detect_cache_sizes(const std::string& sysfs_dir) {
+CacheSizes sysfs_cache_sizes(const std::string& sysfs_dir) {
   namespace fs = std::filesystem;
   CacheSizes sizes;
   std::error_code ec;
@@ -124,6 +130,83 @@ CacheSizes detect_cache_sizes(const std::string& sysfs_dir) {
     if (level == "2") sizes.l2 = bytes;
     if (level == "3") sizes.l3 = bytes;
   }
+  if (sizes.l1d || sizes.l2 || sizes.l3) sizes.source = "sysfs";
+  return sizes;
+}
+
+namespace {
+
+// Leaf 4 (Intel) and 0x8000001D (AMD) share a format: one subleaf per cache, ended by type 0. eax[4:0] type
+// (1 data, 2 instruction, 3 unified), eax[7:5] level; size = ways (ebx[31:22]+1) × partitions (ebx[21:12]+1) ×
+// line (ebx[11:0]+1) × sets (ecx+1).
+bool read_deterministic_leaf(const CpuidQuery& cpuid, uint32_t leaf, CacheSizes& out) {
+  bool any = false;
+  for (uint32_t sub = 0; sub < 16; ++sub) {  // 16: a bound against a leaf that never says "no more caches"
+    const CpuidRegs r = cpuid(leaf, sub);
+    const uint32_t type = r.eax & 0x1f, level = (r.eax >> 5) & 0x7;
+    if (type == 0) break;
+    if (type == 2) continue;
+    const size_t bytes = size_t{(r.ebx >> 22) + 1} * (((r.ebx >> 12) & 0x3ff) + 1) * ((r.ebx & 0xfff) + 1) *
+                         (size_t{r.ecx} + 1);
+    size_t* slot = level == 1 ? &out.l1d : level == 2 ? &out.l2 : level == 3 ? &out.l3 : nullptr;
+    if (slot && *slot == 0) *slot = bytes, any = true;  // the first data or unified cache of each level
+  }
+  return any;
+}
+
+}  // namespace
+
+CacheSizes cache_sizes_from_cpuid(const CpuidQuery& cpuid) {
+  CacheSizes out;
+  const CpuidRegs id = cpuid(0, 0);
+  char vendor[13] = {};
+  std::memcpy(vendor, &id.ebx, 4);
+  std::memcpy(vendor + 4, &id.edx, 4);
+  std::memcpy(vendor + 8, &id.ecx, 4);
+  const bool amd = std::strcmp(vendor, "AuthenticAMD") == 0 || std::strcmp(vendor, "HygonGenuine") == 0;
+  if (!amd) {
+    if (id.eax >= 4 && read_deterministic_leaf(cpuid, 4, out)) out.source = "CPUID leaf 4";
+    return out;
+  }
+  const uint32_t max_ext = cpuid(0x80000000, 0).eax;
+  const bool topoext = max_ext >= 0x80000001 && ((cpuid(0x80000001, 0).ecx >> 22) & 1) != 0;
+  if (topoext && max_ext >= 0x8000001D && read_deterministic_leaf(cpuid, 0x8000001D, out)) {
+    out.source = "CPUID 0x8000001D";
+    return out;
+  }
+  // The legacy leaves: L1d (0x80000005 ecx[31:24] KiB) and L2 (0x80000006 ecx[31:16] KiB). Not the L3 of
+  // 0x80000006 edx: hypervisors that hide TOPOEXT make it up (the Zen 5 VM of 2026-12-03 says 508 MiB on a CPU with
+  // 32 MiB per CCD), and an L3 too large would set working sets that stream from DRAM against the L3 roof. Without
+  // it they are set against DRAM, and the probes are sized as for a CPU that reports no L3.
+  if (max_ext >= 0x80000005) out.l1d = size_t{cpuid(0x80000005, 0).ecx >> 24} << 10;
+  if (max_ext >= 0x80000006) out.l2 = size_t{cpuid(0x80000006, 0).ecx >> 16} << 10;
+  if (out.l1d || out.l2 || out.l3) out.source = "CPUID 0x80000005/6";
+  return out;
+}
+
+CacheSizes cpuid_cache_sizes() {
+#if defined(__x86_64__) || defined(__i386__)
+  return cache_sizes_from_cpuid([](uint32_t leaf, uint32_t subleaf) {
+    CpuidRegs r;
+    // __get_cpuid_count checks the leaf against the maximum (basic or extended) and leaves zeros beyond it.
+    if (!__get_cpuid_count(leaf, subleaf, &r.eax, &r.ebx, &r.ecx, &r.edx)) r = {};
+    return r;
+  });
+#else
+  return {};
+#endif
+}
+
+CacheSizes detect_cache_sizes() {
+  CacheSizes sizes = sysfs_cache_sizes();
+  if (sizes.l1d && sizes.l2 && sizes.l3) return sizes;
+  const CacheSizes cpuid = cpuid_cache_sizes();
+  const bool had_sysfs = sizes.l1d || sizes.l2 || sizes.l3;
+  bool used = false;
+  const std::pair<size_t*, size_t> levels[] = {{&sizes.l1d, cpuid.l1d}, {&sizes.l2, cpuid.l2}, {&sizes.l3, cpuid.l3}};
+  for (const auto& [have, from] : levels)
+    if (*have == 0 && from != 0) *have = from, used = true;
+  if (used) sizes.source = had_sysfs ? "sysfs + CPUID" : cpuid.source;
   return sizes;
 }
 

@@ -1,6 +1,7 @@
 // The loops that measure the machine's roofs (FMA peak; read bandwidth from L2, L3 and DRAM; the BF16 and int8
-// dot-product peaks where the CPU has AVX512-BF16 / AVX512-VNNI), one set per ISA TU (ops/base/roofs_<isa>.cpp), the cache sizes that place the read probes, and the probes' buffer sizes. Used by the
-// profiler's calibration and by every benchmark in perf/.
+// dot-product peaks where the CPU has AVX512-BF16 / AVX512-VNNI), one set per ISA TU (ops/base/roofs_<isa>.cpp),
+// the cache sizes (sysfs, CPUID) that place the read probes and block the GEMM, and the probes' buffer sizes. Used
+// by the profiler's calibration, the GEMM blocking and every benchmark in perf/.
 #pragma once
 
 #include "ops/base/kernel_table.h"
@@ -8,6 +9,8 @@
 #include <sqrtdk/isa.h>
 
 #include <cstddef>
+#include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 
@@ -54,12 +57,33 @@ double measure_vnni_dot_gops(int n_threads, long iterations, int reps);
 double measure_read_gbs(int n_threads, size_t bytes, int reps, int passes = 1);
 
 // Data cache capacities in bytes (0: not reported). l1d and l2 are per core, l3 is the whole L3 one core sees.
+// source: where they came from ("sysfs", "CPUID leaf 4", "CPUID 0x8000001D", "CPUID 0x80000005/6", "sysfs +
+// CPUID ...", or "not reported").
 struct CacheSizes {
   size_t l1d = 0, l2 = 0, l3 = 0;
+  const char* source = "not reported";
 };
 // Reads index*/{level,type,size} under `sysfs_dir` (Linux: /sys/devices/system/cpu/cpu0/cache); a missing or
 // unreadable directory gives zeros.
-CacheSizes detect_cache_sizes(const std::string& sysfs_dir = "/sys/devices/system/cpu/cpu0/cache");
+CacheSizes sysfs_cache_sizes(const std::string& sysfs_dir = "/sys/devices/system/cpu/cpu0/cache");
+
+// The registers of one CPUID query (leaf in eax, subleaf in ecx).
+struct CpuidRegs {
+  uint32_t eax = 0, ebx = 0, ecx = 0, edx = 0;
+};
+using CpuidQuery = std::function<CpuidRegs(uint32_t leaf, uint32_t subleaf)>;
+// The cache sizes CPUID describes, decoded from `cpuid` (a function, so tests can feed a recorded CPU):
+//   - Intel and others: the deterministic cache parameters of leaf 4 (ways × partitions × line × sets);
+//   - AMD / Hygon: leaf 0x8000001D (the same format) when TOPOEXT says it is there, else the legacy
+//     0x80000005 (L1d) and 0x80000006 (L2) and no L3: VMs that hide TOPOEXT (the Zen 5 VM of 2026-12-03 does)
+//     make up the legacy L3 field (that one says 508 MiB).
+CacheSizes cache_sizes_from_cpuid(const CpuidQuery& cpuid);
+// cache_sizes_from_cpuid on this CPU (zeros off x86).
+CacheSizes cpuid_cache_sizes();
+// This machine's caches: sysfs, and CPUID for every level sysfs does not report (a VM or container may have no
+// /sys/devices/system/cpu/cpu0/cache: the Zen 5 VM of 2026-12-03 had none, and the GEMM blocking fell back to
+// assumed sizes).
+CacheSizes detect_cache_sizes();
 
 // Buffer sizes of the read probes at `n_threads` threads (the whole array, over all threads); 0: the level cannot be
 // probed apart from the one above it (not reported, or too small beside it).

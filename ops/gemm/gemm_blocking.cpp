@@ -59,11 +59,11 @@ BlockSizes apply_blocking_override(BlockSizes bs, const std::string& text) {
 }
 
 BlockSizes machine_block_sizes(size_t mr, size_t nr, std::string* why) {
-  static const roofs::CacheSizes caches = roofs::detect_cache_sizes();  // read sysfs once, whatever the ISAs asking
+  static const roofs::CacheSizes caches = roofs::detect_cache_sizes();  // sysfs / CPUID once, whatever the ISAs asking
   BlockSizes bs = derive_block_sizes(mr, nr, caches);
-  std::string source = "from the caches (L1d " + std::to_string(caches.l1d >> 10) + " KiB, L2 " +
-                       std::to_string(caches.l2 >> 10) + " KiB" + (caches.l2 ? "" : ": not reported, 1 MiB assumed") +
-                       ")";
+  std::string source = "from the caches (L1d " + std::to_string(caches.l1d >> 10) + " KiB" +
+                       (caches.l1d ? "" : ": not reported, 32 KiB assumed") + ", L2 " + std::to_string(caches.l2 >> 10) +
+                       " KiB" + (caches.l2 ? "" : ": not reported, 1 MiB assumed") + "; " + caches.source + ")";
   if (const char* env = std::getenv("SQRTDK_GEMM_BLOCKING"); env && *env) {
     bs = apply_blocking_override(bs, env);
     source = std::string("SQRTDK_GEMM_BLOCKING=") + env;

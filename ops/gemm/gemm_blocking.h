@@ -33,8 +33,8 @@ BlockSizes derive_block_sizes(size_t mr, size_t nr, const roofs::CacheSizes& cac
 // the variable and the text if it does not parse.
 BlockSizes apply_blocking_override(BlockSizes bs, const std::string& text);
 
-// derive_block_sizes for this machine's caches (sysfs), then SQRTDK_GEMM_BLOCKING if set; `why` (if non-null)
-// receives where the numbers came from, for SQRTDK_VERBOSE.
+// derive_block_sizes for this machine's caches (sysfs, else CPUID), then SQRTDK_GEMM_BLOCKING if set; `why` (if
+// non-null) receives where the numbers came from, for SQRTDK_VERBOSE.
 BlockSizes machine_block_sizes(size_t mr, size_t nr, std::string* why = nullptr);
 
 }  // namespace sqrtdk::ops::gemm_detail

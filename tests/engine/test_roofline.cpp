@@ -100,11 +100,11 @@ TEST_CASE("roofs: cache sizes from sysfs and the read probes sized from them") {
   index(1, "1", "Instruction", "32K");  // must not overwrite the L1d
   index(2, "2", "Unified", "2048K");
   index(3, "3", "Unified", "307200K");
-  const roofs::CacheSizes caches = roofs::detect_cache_sizes(root.string());
+  const roofs::CacheSizes caches = roofs::sysfs_cache_sizes(root.string());
   CHECK(caches.l1d == 48 * KiB);
   CHECK(caches.l2 == 2 * MiB);
   CHECK(caches.l3 == 300 * MiB);
-  const roofs::CacheSizes none = roofs::detect_cache_sizes((dir.path() / "missing").string());
+  const roofs::CacheSizes none = roofs::sysfs_cache_sizes((dir.path() / "missing").string());
   CHECK((none.l1d == 0 && none.l2 == 0 && none.l3 == 0));
 
   CHECK(roofs::l2_probe_bytes(caches, 2) == 2 * MiB);   // half of each thread's L2

@@ -8,8 +8,11 @@
 #include "ops/base/roofs.h"
 #include "tests/common/temp_dir.h"
 
+#include <nlohmann/json.hpp>
+
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <string>
 
 using namespace sqrtdk;
@@ -124,6 +127,17 @@ TEST_CASE("roofs cache: the source says whether the roofs came from the cache an
     CHECK(second.l3_gbs == first.l3_gbs);
     CHECK(second.l2_gbs == first.l2_gbs);
     CHECK(second.l2_bytes == first.l2_bytes);
+    // An entry measured when the machine reported other cache sizes (its probes were sized from them) is measured
+    // again: here its L2 is made to differ from what is detected now.
+    nlohmann::json entries;
+    std::ifstream(file) >> entries;
+    REQUIRE(entries.size() == 1);
+    entries.begin().value()["l2_bytes"] = caches.l2 + 4096;
+    std::ofstream(file) << entries.dump();
+    said = false;
+    const MachineRoofs third = cached_machine_roofs(Isa::ref, 1, [&] { said = true; });
+    CHECK(said);
+    CHECK(third.l2_bytes == caches.l2);
   } else {
     CHECK(said);
   }

@@ -35,7 +35,8 @@ struct MachineRoofs {
   double dram_gbs = 0;     // DRAM read bandwidth (streaming sum over max(256 MiB, 2x L3), at most 1 GiB)
   double l3_gbs = 0;       // L3-resident read bandwidth (0: not measured: no L3, or too small beside the L2s)
   double l2_gbs = 0;       // L2-resident read bandwidth, the threads' L2s together (0: not measured)
-  // Cache capacities (sysfs, cpu0): per core for L1d and L2, the whole L3. What a working set is compared with.
+  // Cache capacities (sysfs for cpu0, else CPUID): per core for L1d and L2, the whole L3. What a working set is
+  // compared with.
   size_t l1d_bytes = 0, l2_bytes = 0, l3_bytes = 0;
   std::string source;  // "measured", "cache <path>", or "given"
   double ridge_point() const { return dram_gbs > 0 ? peak_gflops / dram_gbs : 0; }  // FLOPs/byte, DRAM slope
@@ -44,7 +45,8 @@ struct MachineRoofs {
 // Measures the roofs now (about a second: the FMA peak, then reads from L2, L3 and DRAM on n_threads threads).
 // quick: a few milliseconds for smoke runs (CI), figures too rough to be roofs (`source` says so).
 MachineRoofs measure_machine_roofs(Isa isa, int n_threads, bool quick = false);
-// Sets roofs' l1d_bytes, l2_bytes and l3_bytes from sysfs (cpu0; 0 where not reported). For roofs given by hand.
+// Sets roofs' l1d_bytes, l2_bytes and l3_bytes from sysfs (cpu0), else CPUID (0 where neither reports). For roofs
+// given by hand.
 void detect_cache_sizes(MachineRoofs& roofs);
 // Reads the roofs from the per-machine cache ($XDG_CACHE_HOME or ~/.cache)/sqrtdk/roofs.json, keyed by CPU model,
 // ISA and thread count; when absent, calls before_measuring (if given: e.g. to say "calibrating"), measures them

@@ -207,7 +207,11 @@ MachineRoofs cached_machine_roofs(Isa isa, int n_threads, const std::function<vo
         r.source = "cache " + file.string();
         r.source += " (measured " + e.value("measured_at", std::string("at an unknown time")) +
                     ", load average " + fmt("%.2f", e.value("load_average", -1.0)) + ")";
-        if (r.peak_gflops > 0 && r.dram_gbs > 0) return r;
+        // The cache-level probes were sized from the caches detected then: an entry made when this machine
+        // reported other sizes (e.g. none, before CPUID filled in what sysfs lacks) is measured again.
+        const roofs::CacheSizes now = roofs::detect_cache_sizes();
+        const bool same_caches = r.l1d_bytes == now.l1d && r.l2_bytes == now.l2 && r.l3_bytes == now.l3;
+        if (r.peak_gflops > 0 && r.dram_gbs > 0 && same_caches) return r;
       }
     } catch (const std::exception&) {
       cache = nlohmann::json::object();  // a corrupt entry is re-measured and rewritten
