@@ -61,7 +61,7 @@ int main(int argc, char** argv) {
   if (args.json) {
     std::printf("%s\n", out.dump(2).c_str());
   } else {
-    std::printf("caches (sysfs, cpu0): L1d %zu KiB, L2 %zu KiB per core, L3 %zu MiB\n", caches.l1d >> 10,
+    std::printf("caches (%s): L1d %zu KiB, L2 %zu KiB per core, L3 %zu MiB\n", caches.source, caches.l1d >> 10,
                 caches.l2 >> 10, caches.l3 >> 20);
     std::printf("%s", table.str().c_str());
     std::printf("BF16 peak: vdpbf16ps, 2 FLOPs per bf16 product; int8 peak: vpdpbusd, 2 ops per u8*s8 "
