@@ -123,9 +123,9 @@ int main(int argc, char** argv) {
                         {"results", nlohmann::json::array()}};
   out["note"] = "G elements/s per core = n_rows*n_cols / seconds / threads; out of place; median of reps";
 
-  // Footprint (src + dst) per residency, from this machine's caches (sysfs, else CPUID): 2/3 of the L1d, half the L2, and the
-  // DRAM read probe's size (twice the L3, at least 256 MiB); the fixed 32 KiB / 512 KiB / 256 MiB when both are
-  // silent (256 MiB sat inside this VM's 300 MiB L3).
+  // Footprint (src + dst) per residency, from this machine's caches (sysfs, else CPUID): 2/3 of the L1d, half the
+  // L2, and the DRAM read probe's size (twice the L3, at least 256 MiB); the fixed 32 KiB / 512 KiB / 256 MiB when
+  // both are silent (256 MiB sat inside this VM's 300 MiB L3).
   struct Residency {
     const char* name;
     size_t bytes;

@@ -198,16 +198,21 @@ CacheSizes cpuid_cache_sizes() {
 }
 
 CacheSizes detect_cache_sizes() {
-  CacheSizes sizes = sysfs_cache_sizes();
-  if (sizes.l1d && sizes.l2 && sizes.l3) return sizes;
-  const CacheSizes cpuid = cpuid_cache_sizes();
-  const bool had_sysfs = sizes.l1d || sizes.l2 || sizes.l3;
-  bool used = false;
-  const std::pair<size_t*, size_t> levels[] = {{&sizes.l1d, cpuid.l1d}, {&sizes.l2, cpuid.l2}, {&sizes.l3, cpuid.l3}};
-  for (const auto& [have, from] : levels)
-    if (*have == 0 && from != 0) *have = from, used = true;
-  if (used) sizes.source = had_sysfs ? "sysfs + CPUID" : cpuid.source;
-  return sizes;
+  // Read once per process (the GEMM blocking, the profiler and the benchmarks all ask), then immutable.
+  static const CacheSizes detected = [] {
+    CacheSizes sizes = sysfs_cache_sizes();
+    if (sizes.l1d && sizes.l2 && sizes.l3) return sizes;
+    const CacheSizes cpuid = cpuid_cache_sizes();
+    const bool had_sysfs = sizes.l1d || sizes.l2 || sizes.l3;
+    bool used = false;
+    const std::pair<size_t*, size_t> levels[] = {
+        {&sizes.l1d, cpuid.l1d}, {&sizes.l2, cpuid.l2}, {&sizes.l3, cpuid.l3}};
+    for (const auto& [have, from] : levels)
+      if (*have == 0 && from != 0) *have = from, used = true;
+    if (used) sizes.source = had_sysfs ? "sysfs + CPUID" : cpuid.source;
+    return sizes;
+  }();
+  return detected;
 }
 
 size_t l2_probe_bytes(const CacheSizes& caches, int n_threads) {

@@ -82,7 +82,7 @@ CacheSizes cache_sizes_from_cpuid(const CpuidQuery& cpuid);
 CacheSizes cpuid_cache_sizes();
 // This machine's caches: sysfs, and CPUID for every level sysfs does not report (a VM or container may have no
 // /sys/devices/system/cpu/cpu0/cache: the Zen 5 VM of 2026-12-03 had none, and the GEMM blocking fell back to
-// assumed sizes).
+// assumed sizes). Detected on the first call; later calls return the same.
 CacheSizes detect_cache_sizes();
 
 // Buffer sizes of the read probes at `n_threads` threads (the whole array, over all threads); 0: the level cannot be

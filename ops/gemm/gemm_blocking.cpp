@@ -59,11 +59,14 @@ BlockSizes apply_blocking_override(BlockSizes bs, const std::string& text) {
 }
 
 BlockSizes machine_block_sizes(size_t mr, size_t nr, std::string* why) {
-  static const roofs::CacheSizes caches = roofs::detect_cache_sizes();  // sysfs / CPUID once, whatever the ISAs asking
+  const roofs::CacheSizes caches = roofs::detect_cache_sizes();
   BlockSizes bs = derive_block_sizes(mr, nr, caches);
-  std::string source = "from the caches (L1d " + std::to_string(caches.l1d >> 10) + " KiB" +
-                       (caches.l1d ? "" : ": not reported, 32 KiB assumed") + ", L2 " + std::to_string(caches.l2 >> 10) +
-                       " KiB" + (caches.l2 ? "" : ": not reported, 1 MiB assumed") + "; " + caches.source + ")";
+  auto level = [](const char* name, size_t bytes, size_t assumed) {
+    return std::string(name) + " " + std::to_string((bytes ? bytes : assumed) >> 10) + " KiB" +
+           (bytes ? "" : " (not reported: assumed)");
+  };
+  std::string source = "from the caches (" + level("L1d", caches.l1d, kAssumedL1d) + ", " +
+                       level("L2", caches.l2, kAssumedL2) + "; " + caches.source + ")";
   if (const char* env = std::getenv("SQRTDK_GEMM_BLOCKING"); env && *env) {
     bs = apply_blocking_override(bs, env);
     source = std::string("SQRTDK_GEMM_BLOCKING=") + env;
