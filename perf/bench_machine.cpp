@@ -1,7 +1,7 @@
 // bench-machine: the machine's roofs, measured: FP32 FMA peak per ISA at each thread count, the BF16 (vdpbf16ps)
 // and int8 (vpdpbusd) dot-product peaks where the CPU has AVX512-BF16 / AVX512-VNNI, and the read bandwidth from
-// L2, L3 and DRAM (probes sized from the detected caches). Every other benchmark measures these again in its own
-// run; this one prints them alone.
+// L2, L3 and DRAM (probes sized from the detected caches; an L3 the machine does not report is found by reading).
+// Every other benchmark measures these again in its own run; this one prints them alone.
 #include "perf/common/bench_util.h"
 
 #include "ops/base/roofs.h"
@@ -63,6 +63,10 @@ int main(int argc, char** argv) {
   } else {
     std::printf("caches (%s): L1d %zu KiB, L2 %zu KiB per core, L3 %zu MiB\n", caches.source, caches.l1d >> 10,
                 caches.l2 >> 10, caches.l3 >> 20);
+    for (const auto& [t, r] : best_isa_roofs)
+      if (r.l3_found_by_reading)
+        std::printf("%d thread%s: no L3 reported; reading found one of at least %zu MiB\n", t, t == 1 ? "" : "s",
+                    r.l3_bytes >> 20);
     std::printf("%s", table.str().c_str());
     std::printf("BF16 peak: vdpbf16ps, 2 FLOPs per bf16 product; int8 peak: vpdpbusd, 2 ops per u8*s8 "
                 "multiply-add (MAC rate = half); \"absent\": the ISA level or CPU lacks the instruction\n");

@@ -1,9 +1,9 @@
 // bench-rowops: the row and elementwise ops around the GEMMs (layer_norm, rms_norm, gelu_tanh, silu, swiglu, add,
 // rope) in GB/s of data touched (reads + writes), against the DRAM read bandwidth measured in the same run.
 //
-// Shapes: decode (1 row of 768: latency-bound, L1), short (128 x 768, a short prompt: 384 KiB per array, under
-// the norms' one-thread threshold), prefill (512 x 768, 1.5 MiB per array: L2/L3) and stream (16384 x 768, 48 MiB
-// per array: DRAM). These ops have no FLOP roof worth quoting; the bandwidth is the roof, and only the stream shape
+// Shapes: decode (1 row of 768: latency-bound, L1), short (128 x 768, a short prompt: 384 KiB per array, just
+// over the row ops' one-thread threshold, kRowOpOneThreadBelow = 64 Ki floats: 6 items to split), prefill
+// (512 x 768, 1.5 MiB per array: L2/L3) and stream (16384 x 768, 48 MiB per array: DRAM). These ops have no FLOP roof worth quoting; the bandwidth is the roof, and only the stream shape
 // is bounded by DRAM (the others may exceed it: they run from cache). The peer is the scalar ref path of the same
 // op (speedup column).
 // Each op runs every entry of its kernel table this CPU supports (ops/<op>/<op>_kernels.h), reference first.

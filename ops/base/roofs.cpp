@@ -233,6 +233,25 @@ size_t dram_probe_bytes(const CacheSizes& caches) {
   return std::clamp(2 * caches.l3, size_t{256} << 20, size_t{1} << 30);
 }
 
+std::vector<size_t> l3_sweep_bytes(const CacheSizes& caches, int n_threads) {
+  std::vector<size_t> sizes;
+  if (caches.l2 == 0) return sizes;
+  for (size_t bytes = 4 * caches.l2 * static_cast<size_t>(std::max(1, n_threads)); bytes <= (size_t{128} << 20);
+       bytes *= 2)
+    sizes.push_back(bytes);
+  return sizes;
+}
+
+size_t l3_from_read_sweep(const std::vector<std::pair<size_t, double>>& gbs_by_bytes, double dram_gbs) {
+  size_t l3 = 0;
+  if (!(dram_gbs > 0)) return 0;
+  for (const auto& [bytes, gbs] : gbs_by_bytes) {
+    if (!(gbs >= kL3OverDram * dram_gbs)) break;
+    l3 = bytes;
+  }
+  return l3;
+}
+
 int read_probe_passes(size_t bytes) {
   if (bytes == 0) return 1;
   return static_cast<int>(std::max<size_t>(1, (size_t{64} << 20) / bytes));

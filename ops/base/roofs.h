@@ -13,6 +13,8 @@
 #include <functional>
 #include <span>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace sqrtdk::roofs {
 
@@ -93,6 +95,19 @@ CacheSizes detect_cache_sizes();
 size_t l2_probe_bytes(const CacheSizes& caches, int n_threads);
 size_t l3_probe_bytes(const CacheSizes& caches, int n_threads);
 size_t dram_probe_bytes(const CacheSizes& caches);
+// An L3 that neither sysfs nor CPUID reports (a VM that hides it, or makes its size up: the Zen 5 VM of 2026-12-03
+// has a 32 MiB L3 per CCD and reports none), found by reading: without it every working set past the L2s is set
+// against DRAM, and ops that run from the L3 read "above the DRAM roof".
+//   l3_sweep_bytes: the working sets to read, 4x the threads' L2s together, doubling, up to 128 MiB (past any L3
+//     a 2-core VM slice sees whole, and under the 256 MiB DRAM probe); none when the L2 is not known.
+//   l3_from_read_sweep: given each size's read GB/s (ascending sizes) and the DRAM figure, the largest size that
+//     read at least kL3OverDram times DRAM with every smaller size too; 0 when the first did not (no L3 to find).
+// The capacity is rounded down to the last size that fit: a working set is never set against an L3 roof it
+// overflows (at worst one between that size and the true capacity is set against DRAM, as with no L3).
+inline constexpr double kL3OverDram = 1.5;
+std::vector<size_t> l3_sweep_bytes(const CacheSizes& caches, int n_threads);
+size_t l3_from_read_sweep(const std::vector<std::pair<size_t, double>>& gbs_by_bytes, double dram_gbs);
+
 // Passes over a `bytes` probe per timed run so that one run reads at least 64 MiB: a few ms, timeable, and short
 // enough that a best-of-15 finds runs no other process interrupted (at a load average of 11 on this 2-core VM,
 // best of 5 runs of 256 MiB read the L3 at 14-18 GB/s; best of 40 runs of 64 MiB at 24-26).

@@ -5,6 +5,7 @@
 #include <sqrtdk/profiler.h>
 
 #include "engine/src/profiler/roofs_cache.h"
+#include "engine/src/runtime/machine_cache.h"
 #include "ops/base/roofs.h"
 #include "tests/common/temp_dir.h"
 
@@ -110,9 +111,17 @@ TEST_CASE("roofs cache: the source says whether the roofs came from the cache an
   // The cache levels are measured on the same thread count wherever the machine's caches allow a probe.
   const roofs::CacheSizes caches = roofs::detect_cache_sizes();
   CHECK(first.l2_bytes == caches.l2);
-  CHECK(first.l3_bytes == caches.l3);
+  // The L3 is the one detected, or, when none is reported, the one reading found (if any).
+  if (first.l3_found_by_reading) {
+    CHECK(caches.l3 == 0);
+    CHECK(first.l3_bytes > 0);
+  } else {
+    CHECK(first.l3_bytes == caches.l3);
+  }
+  roofs::CacheSizes probed = caches;
+  probed.l3 = first.l3_bytes;
   CHECK((first.l2_gbs > 0) == (roofs::l2_probe_bytes(caches, 1) > 0));
-  CHECK((first.l3_gbs > 0) == (roofs::l3_probe_bytes(caches, 1) > 0));
+  CHECK((first.l3_gbs > 0) == (roofs::l3_probe_bytes(probed, 1) > 0));
   const std::filesystem::path file = dir.path() / "sqrtdk" / "roofs.json";
   const bool cached = first.source.rfind("measured (cached in ", 0) == 0;
   CAPTURE(first.source);
@@ -141,6 +150,43 @@ TEST_CASE("roofs cache: the source says whether the roofs came from the cache an
   } else {
     CHECK(said);
   }
+  if (old)
+    setenv("XDG_CACHE_HOME", saved.c_str(), 1);
+  else
+    unsetenv("XDG_CACHE_HOME");
+}
+
+TEST_CASE("roofs cache: an L3 found by reading stands for \"none reported\" when an entry is reused") {
+  // The entry is written here (the measured one is cached only on a quiet machine): the rule under test is which
+  // cache sizes let an entry be reused. An L3 that reading found is reused while the machine still reports none and
+  // measured again once it reports one; an L3 that was reported must equal the one reported now.
+  test::TempDir dir;
+  const char* old = std::getenv("XDG_CACHE_HOME");
+  const std::string saved = old ? old : "";
+  setenv("XDG_CACHE_HOME", dir.path().c_str(), 1);
+  const roofs::CacheSizes caches = roofs::detect_cache_sizes();
+  const std::filesystem::path file = dir.path() / "sqrtdk" / "roofs.json";
+  std::filesystem::create_directories(file.parent_path());
+  auto reused_with_l3 = [&](size_t l3_bytes, bool found_by_reading) {
+    const std::string key = "v5|" + machine_cache::cpu_identity() + "|ref|1";
+    const nlohmann::json entry = {{"peak_gflops", 9.0}, {"bf16_peak_gflops", 0.0}, {"int8_peak_gops", 0.0},
+                                  {"dram_gbs", 30.0}, {"l3_gbs", 90.0}, {"l2_gbs", 200.0},
+                                  {"l1d_bytes", caches.l1d}, {"l2_bytes", caches.l2}, {"l3_bytes", l3_bytes},
+                                  {"l3_found_by_reading", found_by_reading}, {"measured_at", "test"},
+                                  {"load_average", 0.0}};
+    std::ofstream(file) << nlohmann::json{{key, entry}}.dump();
+    bool measured = false;
+    const MachineRoofs r = cached_machine_roofs(Isa::ref, 1, [&] { measured = true; });
+    if (!measured) {
+      CHECK(r.peak_gflops == 9.0);
+      CHECK(r.l3_bytes == l3_bytes);
+      CHECK(r.l3_found_by_reading == found_by_reading);
+    }
+    return !measured;
+  };
+  CHECK(reused_with_l3(size_t{48} << 20, true) == (caches.l3 == 0));
+  CHECK(reused_with_l3(caches.l3, false));
+  CHECK_FALSE(reused_with_l3(caches.l3 + (size_t{1} << 20), false));
   if (old)
     setenv("XDG_CACHE_HOME", saved.c_str(), 1);
   else

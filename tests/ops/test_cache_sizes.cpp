@@ -9,6 +9,7 @@
 #include <map>
 #include <string>
 #include <utility>
+#include <vector>
 
 using namespace sqrtdk;
 using roofs::CpuidRegs;
@@ -124,4 +125,26 @@ TEST_CASE("cache sizes: this machine's, if it reports any, are sizes a CPU could
 #if defined(__x86_64__)
   CHECK(roofs::cpuid_cache_sizes().l1d > 0);  // every x86-64 CPU we run on describes its L1d by one of the leaves
 #endif
+}
+
+TEST_CASE("cache sizes: an L3 no one reports is found by reading, never larger than the last size that fit") {
+  const roofs::CacheSizes zen5_vm{48 << 10, 1 << 20, 0, "CPUID 0x80000005/6"};  // what this VM's CPUID gives
+  const size_t MiB = size_t{1} << 20;
+  // The sweep starts past the threads' L2s together (4x) and doubles up to 128 MiB.
+  CHECK(roofs::l3_sweep_bytes(zen5_vm, 1) ==
+        std::vector<size_t>{4 * MiB, 8 * MiB, 16 * MiB, 32 * MiB, 64 * MiB, 128 * MiB});
+  CHECK(roofs::l3_sweep_bytes(zen5_vm, 2).front() == 8 * MiB);
+  CHECK(roofs::l3_sweep_bytes(roofs::CacheSizes{}, 1).empty());  // no L2 known: nothing to start from
+  // Read GB/s shaped like the Zen 5 VM at one thread (a 32 MiB L3 per CCD; DRAM ~30 GB/s): 32 MiB still reads from
+  // L3, 64 MiB like DRAM.
+  const double dram = 30;
+  const std::vector<std::pair<size_t, double>> zen5 = {{4 * MiB, 101}, {8 * MiB, 99}, {16 * MiB, 97}, {32 * MiB, 80},
+                                                       {64 * MiB, 33}};
+  CHECK(roofs::l3_from_read_sweep(zen5, dram) == 32 * MiB);
+  // The first size below kL3OverDram x DRAM ends the search, even if a later size (a noisy DRAM figure) reads high.
+  CHECK(roofs::l3_from_read_sweep({{4 * MiB, 101}, {8 * MiB, 40}, {16 * MiB, 97}}, dram) == 4 * MiB);
+  CHECK(roofs::l3_from_read_sweep({{4 * MiB, 1.5 * dram}}, dram) == 4 * MiB);          // the bound is inclusive
+  CHECK(roofs::l3_from_read_sweep({{4 * MiB, 1.49 * dram}, {8 * MiB, 90}}, dram) == 0);  // no L3 past the L2s
+  CHECK(roofs::l3_from_read_sweep(zen5, 0) == 0);                                        // no DRAM figure: no claim
+  CHECK(roofs::l3_from_read_sweep({}, dram) == 0);
 }

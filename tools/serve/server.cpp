@@ -52,7 +52,9 @@
 
 namespace sqrtdk::serve {
 
-namespace {
+// A named namespace, not an anonymous one: ServerImpl's coroutines (external linkage) keep these types in their
+// frames, and GCC 12 warns (-Wsubobject-linkage) about a frame whose field types have internal linkage.
+namespace server_internal {
 
 namespace asio = boost::asio;
 namespace beast = boost::beast;
@@ -536,7 +538,8 @@ struct Connection : std::enable_shared_from_this<Connection> {
   }
 };
 
-}  // namespace
+}  // namespace server_internal
+using namespace server_internal;
 
 class ServerImpl {
  public:

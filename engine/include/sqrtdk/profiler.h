@@ -36,13 +36,16 @@ struct MachineRoofs {
   double l3_gbs = 0;       // L3-resident read bandwidth (0: not measured: no L3, or too small beside the L2s)
   double l2_gbs = 0;       // L2-resident read bandwidth, the threads' L2s together (0: not measured)
   // Cache capacities (sysfs for cpu0, else CPUID): per core for L1d and L2, the whole L3. What a working set is
-  // compared with.
+  // compared with. An L3 neither reports is found by reading (ops/base/roofs.h, l3_from_read_sweep) when the roofs
+  // are measured: l3_found_by_reading then says so.
   size_t l1d_bytes = 0, l2_bytes = 0, l3_bytes = 0;
+  bool l3_found_by_reading = false;
   std::string source;  // "measured", "cache <path>", or "given"
   double ridge_point() const { return dram_gbs > 0 ? peak_gflops / dram_gbs : 0; }  // FLOPs/byte, DRAM slope
 };
 
-// Measures the roofs now (about a second: the FMA peak, then reads from L2, L3 and DRAM on n_threads threads).
+// Measures the roofs now (about a second: the FMA peak, then reads from L2, L3 and DRAM on n_threads threads; when
+// the machine reports no L3, reads of 4x the L2s up to 128 MiB first, to find one).
 // quick: a few milliseconds for smoke runs (CI), figures too rough to be roofs (`source` says so).
 MachineRoofs measure_machine_roofs(Isa isa, int n_threads, bool quick = false);
 // Sets roofs' l1d_bytes, l2_bytes and l3_bytes from sysfs (cpu0), else CPUID (0 where neither reports). For roofs

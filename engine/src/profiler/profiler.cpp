@@ -48,7 +48,7 @@ MachineRoofs measure_machine_roofs(Isa isa, int n_threads, bool quick) {
   MachineRoofs r;
   r.isa = isa;
   r.n_threads = n_threads;
-  const roofs::CacheSizes caches = roofs::detect_cache_sizes();
+  roofs::CacheSizes caches = roofs::detect_cache_sizes();
   detect_cache_sizes(r);
   // Best of 5 runs of ~60 ms of FMAs (shorter runs read ~10% low, and a single VM hiccup inside a best-of-3 of
   // 15 ms runs once halved the 2-thread roof in `sqrtdk bench`).
@@ -69,6 +69,18 @@ MachineRoofs measure_machine_roofs(Isa isa, int n_threads, bool quick) {
   r.dram_gbs = roofs::measure_read_gbs(n_threads, dram, reps);
   // The cache probes' runs are a few ms each: many of them, so the best is one no other process interrupted.
   const int cache_reps = quick ? 1 : 15;
+  if (caches.l3 == 0 && !quick) {
+    // No L3 reported: read growing working sets until one reads like DRAM (ops/base/roofs.h). Best of 7 per size:
+    // about 0.1 s in all.
+    std::vector<std::pair<size_t, double>> sweep;
+    for (const size_t bytes : roofs::l3_sweep_bytes(caches, n_threads)) {
+      sweep.emplace_back(bytes, roofs::measure_read_gbs(n_threads, bytes, 7, roofs::read_probe_passes(bytes)));
+      if (sweep.back().second < roofs::kL3OverDram * r.dram_gbs) break;
+    }
+    caches.l3 = roofs::l3_from_read_sweep(sweep, r.dram_gbs);
+    r.l3_bytes = caches.l3;
+    r.l3_found_by_reading = caches.l3 != 0;
+  }
   if (const size_t l3 = roofs::l3_probe_bytes(caches, n_threads))
     r.l3_gbs = roofs::measure_read_gbs(n_threads, l3, cache_reps, quick ? 1 : roofs::read_probe_passes(l3));
   if (const size_t l2 = roofs::l2_probe_bytes(caches, n_threads))
@@ -132,7 +144,8 @@ std::string machine_json(const std::vector<MachineRoofs>& roofs, const std::stri
                           {"int8_peak_gops", absent_as_null(r.int8_peak_gops)},
                           {"dram_read_gbs", r.dram_gbs}, {"l3_read_gbs", r.l3_gbs}, {"l2_read_gbs", r.l2_gbs},
                           {"l1d_bytes_per_core", r.l1d_bytes}, {"l2_bytes_per_core", r.l2_bytes},
-                          {"l3_bytes", r.l3_bytes}, {"source", r.source}});
+                          {"l3_bytes", r.l3_bytes}, {"l3_found_by_reading", r.l3_found_by_reading},
+                          {"source", r.source}});
   return j.dump();
 }
 
@@ -204,13 +217,15 @@ MachineRoofs cached_machine_roofs(Isa isa, int n_threads, const std::function<vo
         r.l1d_bytes = e.at("l1d_bytes").get<size_t>();
         r.l2_bytes = e.at("l2_bytes").get<size_t>();
         r.l3_bytes = e.at("l3_bytes").get<size_t>();
+        r.l3_found_by_reading = e.value("l3_found_by_reading", false);
         r.source = "cache " + file.string();
         r.source += " (measured " + e.value("measured_at", std::string("at an unknown time")) +
                     ", load average " + fmt("%.2f", e.value("load_average", -1.0)) + ")";
         // The cache-level probes were sized from the caches detected then: an entry made when this machine
         // reported other sizes (e.g. none, before CPUID filled in what sysfs lacks) is measured again.
         const roofs::CacheSizes now = roofs::detect_cache_sizes();
-        const bool same_caches = r.l1d_bytes == now.l1d && r.l2_bytes == now.l2 && r.l3_bytes == now.l3;
+        const bool same_l3 = r.l3_found_by_reading ? now.l3 == 0 : r.l3_bytes == now.l3;
+        const bool same_caches = r.l1d_bytes == now.l1d && r.l2_bytes == now.l2 && same_l3;
         if (r.peak_gflops > 0 && r.dram_gbs > 0 && same_caches) return r;
       }
     } catch (const std::exception&) {
@@ -225,9 +240,21 @@ MachineRoofs cached_machine_roofs(Isa isa, int n_threads, const std::function<vo
     return r;
   }
   // A second measurement: roofs taken on a busy machine would mislead every later profile that reads them.
-  const MachineRoofs again = measure_machine_roofs(isa, n_threads);
+  MachineRoofs again = measure_machine_roofs(isa, n_threads);
   const int n_cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
-  const std::string noise = profiler_detail::roofs_noise(r, again, load_average, n_cores, n_threads);
+  std::string noise = profiler_detail::roofs_noise(r, again, load_average, n_cores, n_threads);
+  if (r.l3_bytes != again.l3_bytes) {
+    // Two reading sweeps that found different L3s: keep the smaller, with its roof, and do not cache.
+    if (noise.empty())
+      noise = "the L3 found by reading was " + std::to_string(r.l3_bytes >> 20) + " MiB, then " +
+              std::to_string(again.l3_bytes >> 20) + " MiB";
+    if (again.l3_bytes < r.l3_bytes) {
+      r.l3_bytes = again.l3_bytes;
+      r.l3_found_by_reading = again.l3_found_by_reading;
+      r.l3_gbs = again.l3_gbs;
+    }
+    again.l3_gbs = r.l3_gbs;
+  }
   r.peak_gflops = std::max(r.peak_gflops, again.peak_gflops);
   r.bf16_peak_gflops = std::max(r.bf16_peak_gflops, again.bf16_peak_gflops);
   r.int8_peak_gops = std::max(r.int8_peak_gops, again.int8_peak_gops);
@@ -241,7 +268,8 @@ MachineRoofs cached_machine_roofs(Isa isa, int n_threads, const std::function<vo
   cache[key] = {{"peak_gflops", r.peak_gflops}, {"bf16_peak_gflops", r.bf16_peak_gflops},
                 {"int8_peak_gops", r.int8_peak_gops}, {"dram_gbs", r.dram_gbs}, {"l3_gbs", r.l3_gbs},
                 {"l2_gbs", r.l2_gbs}, {"l1d_bytes", r.l1d_bytes}, {"l2_bytes", r.l2_bytes},
-                {"l3_bytes", r.l3_bytes}, {"measured_at", machine_cache::utc_now()}, {"load_average", load_average}};
+                {"l3_bytes", r.l3_bytes}, {"l3_found_by_reading", r.l3_found_by_reading},
+                {"measured_at", machine_cache::utc_now()}, {"load_average", load_average}};
   const std::string failed = machine_cache::write_atomically(file, cache);
   r.source = failed.empty() ? "measured (cached in " + file.string() + ")" : "measured (not cached: " + failed + ")";
   return r;
