@@ -6,11 +6,10 @@
 #include "engine/src/runtime/attention_paths_cache.h"
 #include "engine/src/runtime/machine_cache.h"
 #include "engine/src/runtime/model_impl.h"
-#include "tests/common/temp_dir.h"
+#include "tests/common/cache_home.h"
 
 #include <sqrtdk/model.h>
 
-#include <cstdlib>
 #include <fstream>
 #include <string>
 
@@ -20,23 +19,7 @@ namespace {
 
 const std::string kBundled = SQRTDK_SOURCE_DIR "/models/tiny-llama-bytes.sqdk";  // 8 heads / 4 kv heads x 32
 
-// Points XDG_CACHE_HOME at a fresh folder for one test case (ctest runs each case in its own process).
-struct CacheHome {
-  test::TempDir dir;
-  std::string saved;
-  bool had = false;
-  CacheHome() {
-    if (const char* old = std::getenv("XDG_CACHE_HOME")) had = true, saved = old;
-    setenv("XDG_CACHE_HOME", dir.path().c_str(), 1);
-  }
-  ~CacheHome() {
-    if (had)
-      setenv("XDG_CACHE_HOME", saved.c_str(), 1);
-    else
-      unsetenv("XDG_CACHE_HOME");
-  }
-  std::filesystem::path file() const { return dir.path() / "sqrtdk" / "attention_paths.json"; }
-};
+using test::CacheHome;
 
 std::shared_ptr<const Model> load(AttentionPaths policy) {
   ModelOptions mo;
@@ -74,16 +57,16 @@ TEST_CASE("attention paths cache: builtin reads nothing; cached without an entry
   const auto cached = load(AttentionPaths::cached);
   CHECK(cached->attention_paths_source().find("sqrtdk calibrate") != std::string::npos);
   CHECK(cached->impl().weights.attention_paths.measured_points() == 0);
-  CHECK_FALSE(std::filesystem::exists(home.file()));  // cached never measures or writes
+  CHECK_FALSE(std::filesystem::exists(home.file("attention_paths.json")));  // cached never measures or writes
 }
 
 TEST_CASE("attention paths cache: an entry for this CPU, ISA and heads is the model's table") {
   CacheHome home;
   const Isa isa = default_isa();
-  write_entry(home.file(), isa, 2.0, 256);  // unfused everywhere, up to the bundled model's context (256)
+  write_entry(home.file("attention_paths.json"), isa, 2.0, 256);  // unfused everywhere, up to the bundled model's context (256)
   const auto m = load(AttentionPaths::cached);
   CAPTURE(m->attention_paths_source());
-  CHECK(m->attention_paths_source().rfind("cache " + home.file().string(), 0) == 0);
+  CHECK(m->attention_paths_source().rfind("cache " + home.file("attention_paths.json").string(), 0) == 0);
   CHECK(m->attention_paths_source().find("up to 256 keys") != std::string::npos);
   const ops::AttentionPathTable& t = m->impl().weights.attention_paths;
   CHECK(t.measured_points() == 3 * 3);  // 64, 128, 256 in each mode but causal_chunk (1024 keys and up)
@@ -97,27 +80,27 @@ TEST_CASE("attention paths cache: an entry for this CPU, ISA and heads is the mo
 
 TEST_CASE("attention paths cache: a damaged file or entry falls back to the built-in rule, never an error") {
   CacheHome home;
-  std::filesystem::create_directories(home.file().parent_path());
-  { std::ofstream(home.file()) << "{ not json"; }
+  std::filesystem::create_directories(home.file("attention_paths.json").parent_path());
+  { std::ofstream(home.file("attention_paths.json")) << "{ not json"; }
   CHECK(load(AttentionPaths::cached)->attention_paths_source().rfind("built-in rule", 0) == 0);
   nlohmann::json cache = {{attention_paths_entry_key(default_isa(), 8, 4, 32),
                            {{"keys", {1, 2, 3}}, {"threads", {1}}}}};  // another ladder
-  REQUIRE(machine_cache::write_atomically(home.file(), cache).empty());
+  REQUIRE(machine_cache::write_atomically(home.file("attention_paths.json"), cache).empty());
   CHECK(load(AttentionPaths::cached)->attention_paths_source().rfind("built-in rule", 0) == 0);
 }
 
 TEST_CASE("attention paths cache: a table of an older revision is not used (measured by another build's kernels)") {
   CacheHome home;
   const Isa isa = default_isa();
-  write_entry(home.file(), isa, 2.0, 256);
-  nlohmann::json cache = nlohmann::json::parse(std::ifstream(home.file()));
+  write_entry(home.file("attention_paths.json"), isa, 2.0, 256);
+  nlohmann::json cache = nlohmann::json::parse(std::ifstream(home.file("attention_paths.json")));
   const std::string key = attention_paths_entry_key(isa, 8, 4, 32);
   REQUIRE(key.rfind("v" + std::to_string(ops::kAttentionPathsRevision) + "|", 0) == 0);
   CHECK(load(AttentionPaths::cached)->attention_paths_source().rfind("cache ", 0) == 0);  // this revision: used
   const std::string older = "v" + std::to_string(ops::kAttentionPathsRevision - 1) + key.substr(key.find('|'));
   cache[older] = cache[key];
   cache.erase(key);
-  REQUIRE(machine_cache::write_atomically(home.file(), cache).empty());
+  REQUIRE(machine_cache::write_atomically(home.file("attention_paths.json"), cache).empty());
   CHECK(load(AttentionPaths::cached)->attention_paths_source().rfind("built-in rule", 0) == 0);
 }
 

@@ -5,13 +5,11 @@
 #include <sqrtdk/profiler.h>
 
 #include "engine/src/profiler/roofs_cache.h"
-#include "engine/src/runtime/machine_cache.h"
 #include "ops/base/roofs.h"
-#include "tests/common/temp_dir.h"
+#include "tests/common/cache_home.h"
 
 #include <nlohmann/json.hpp>
 
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -99,10 +97,7 @@ TEST_CASE("roofs: the dot-product peaks are measured exactly at the ISA levels t
 }
 
 TEST_CASE("roofs cache: the source says whether the roofs came from the cache and why they were not cached") {
-  test::TempDir dir;
-  const char* old = std::getenv("XDG_CACHE_HOME");
-  const std::string saved = old ? old : "";
-  setenv("XDG_CACHE_HOME", dir.path().c_str(), 1);
+  test::CacheHome home;
   bool said = false;
   const MachineRoofs first = cached_machine_roofs(Isa::ref, 1, [&] { said = true; });
   CHECK(said);  // nothing cached: it measured, and said so first
@@ -122,7 +117,7 @@ TEST_CASE("roofs cache: the source says whether the roofs came from the cache an
   probed.l3 = first.l3_bytes;
   CHECK((first.l2_gbs > 0) == (roofs::l2_probe_bytes(caches, 1) > 0));
   CHECK((first.l3_gbs > 0) == (roofs::l3_probe_bytes(probed, 1) > 0));
-  const std::filesystem::path file = dir.path() / "sqrtdk" / "roofs.json";
+  const std::filesystem::path file = home.file("roofs.json");
   const bool cached = first.source.rfind("measured (cached in ", 0) == 0;
   CAPTURE(first.source);
   CHECK((cached || first.source.rfind("measured (not cached: ", 0) == 0));
@@ -150,25 +145,18 @@ TEST_CASE("roofs cache: the source says whether the roofs came from the cache an
   } else {
     CHECK(said);
   }
-  if (old)
-    setenv("XDG_CACHE_HOME", saved.c_str(), 1);
-  else
-    unsetenv("XDG_CACHE_HOME");
 }
 
 TEST_CASE("roofs cache: an L3 found by reading stands for \"none reported\" when an entry is reused") {
   // The entry is written here (the measured one is cached only on a quiet machine): the rule under test is which
   // cache sizes let an entry be reused. An L3 that reading found is reused while the machine still reports none and
   // measured again once it reports one; an L3 that was reported must equal the one reported now.
-  test::TempDir dir;
-  const char* old = std::getenv("XDG_CACHE_HOME");
-  const std::string saved = old ? old : "";
-  setenv("XDG_CACHE_HOME", dir.path().c_str(), 1);
+  test::CacheHome home;
   const roofs::CacheSizes caches = roofs::detect_cache_sizes();
-  const std::filesystem::path file = dir.path() / "sqrtdk" / "roofs.json";
+  const std::filesystem::path file = home.file("roofs.json");
   std::filesystem::create_directories(file.parent_path());
   auto reused_with_l3 = [&](size_t l3_bytes, bool found_by_reading) {
-    const std::string key = "v5|" + machine_cache::cpu_identity() + "|ref|1";
+    const std::string key = profiler_detail::roofs_cache_key(Isa::ref, 1);
     const nlohmann::json entry = {{"peak_gflops", 9.0}, {"bf16_peak_gflops", 0.0}, {"int8_peak_gops", 0.0},
                                   {"dram_gbs", 30.0}, {"l3_gbs", 90.0}, {"l2_gbs", 200.0},
                                   {"l1d_bytes", caches.l1d}, {"l2_bytes", caches.l2}, {"l3_bytes", l3_bytes},
@@ -187,8 +175,4 @@ TEST_CASE("roofs cache: an L3 found by reading stands for \"none reported\" when
   CHECK(reused_with_l3(size_t{48} << 20, true) == (caches.l3 == 0));
   CHECK(reused_with_l3(caches.l3, false));
   CHECK_FALSE(reused_with_l3(caches.l3 + (size_t{1} << 20), false));
-  if (old)
-    setenv("XDG_CACHE_HOME", saved.c_str(), 1);
-  else
-    unsetenv("XDG_CACHE_HOME");
 }

@@ -151,6 +151,10 @@ std::string machine_json(const std::vector<MachineRoofs>& roofs, const std::stri
 
 namespace profiler_detail {
 
+std::string roofs_cache_key(Isa isa, int n_threads) {
+  return "v5|" + machine_cache::cpu_identity() + "|" + isa_name(isa) + "|" + std::to_string(n_threads);
+}
+
 std::string roofs_noise(const MachineRoofs& a, const MachineRoofs& b, double load_average, int n_cores,
                         int n_threads) {
   auto spread = [](double x, double y) { return std::max(x, y) > 0 ? std::fabs(x - y) / std::max(x, y) : 1.0; };
@@ -198,7 +202,7 @@ MachineRoofs cached_machine_roofs(Isa isa, int n_threads, const std::function<vo
   // probe inside a large L3 (v3), before the quiet-machine rule (v2 and older: possibly measured on a busy machine,
   // and before v2 with an FMA loop GCC had merged, reading ~25% high) are ignored and re-measured. The CPU is named
   // with its family/model/stepping (entries keyed by the model name alone, which two Xeons shared, are ignored).
-  const std::string key = "v5|" + machine_cache::cpu_identity() + "|" + isa_name(isa) + "|" + std::to_string(n_threads);
+  const std::string key = profiler_detail::roofs_cache_key(isa, n_threads);
   nlohmann::json cache = nlohmann::json::object();
   if (!dir.empty()) {
     cache = machine_cache::read_object(file);
@@ -253,13 +257,13 @@ MachineRoofs cached_machine_roofs(Isa isa, int n_threads, const std::function<vo
       r.l3_found_by_reading = again.l3_found_by_reading;
       r.l3_gbs = again.l3_gbs;
     }
-    again.l3_gbs = r.l3_gbs;
+  } else {
+    r.l3_gbs = std::max(r.l3_gbs, again.l3_gbs);  // the same L3 read twice: the better read, as for every roof
   }
   r.peak_gflops = std::max(r.peak_gflops, again.peak_gflops);
   r.bf16_peak_gflops = std::max(r.bf16_peak_gflops, again.bf16_peak_gflops);
   r.int8_peak_gops = std::max(r.int8_peak_gops, again.int8_peak_gops);
   r.dram_gbs = std::max(r.dram_gbs, again.dram_gbs);
-  r.l3_gbs = std::max(r.l3_gbs, again.l3_gbs);
   r.l2_gbs = std::max(r.l2_gbs, again.l2_gbs);
   if (!noise.empty()) {
     r.source = "measured (not cached: " + noise + ")";

@@ -12,6 +12,9 @@ namespace sqrtdk::profiler_detail {
 // they must agree within 10% on every figure (FMA peak, BF16 and int8 dot-product peaks, DRAM, L3 and L2 read; a
 // figure neither measured, such as a cache level or dot peak the machine lacks, is left out), and the 1-minute load average (load_average; < 0: unknown, not
 // checked) must leave n_threads of the n_cores free (n_cores - load_average >= n_threads - 0.25).
+// The key of one entry of the roofs cache (~/.cache/sqrtdk/roofs.json): format version, CPU, ISA, thread count.
+std::string roofs_cache_key(Isa isa, int n_threads);
+
 std::string roofs_noise(const MachineRoofs& a, const MachineRoofs& b, double load_average, int n_cores,
                         int n_threads);
 
