@@ -1,6 +1,7 @@
 // bench-machine: the machine's roofs, measured: FP32 FMA peak per ISA at each thread count, the BF16 (vdpbf16ps)
 // and int8 (vpdpbusd) dot-product peaks where the CPU has AVX512-BF16 / AVX512-VNNI, and the read bandwidth from
-// L2, L3 and DRAM (probes sized from the detected caches; an L3 the machine does not report is found by reading).
+// L2, L3 and DRAM (probes sized from the detected caches; an L3 the machine does not report is found by reading),
+// and at the best ISA the same levels' bandwidth of the row ops' patterns that write (reads + writes counted).
 // Every other benchmark measures these again in its own run; this one prints them alone.
 #include "perf/common/bench_util.h"
 
@@ -8,6 +9,7 @@
 
 #include <cstdio>
 #include <map>
+#include <string>
 #include <vector>
 
 using namespace sqrtdk;
@@ -15,6 +17,9 @@ using namespace sqrtdk::perf;
 
 namespace {
 nlohmann::json absent_as_null(double peak) { return peak > 0 ? nlohmann::json(peak) : nlohmann::json(); }
+// An L3 rate of 0: not measured (--smoke skips finding an L3 no one reports) or no L3 found; a "0.0" would read
+// as a measurement.
+std::string l3_cell(double gbs) { return gbs > 0 ? fmt(gbs) : "none"; }
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -36,13 +41,20 @@ int main(int argc, char** argv) {
       const MachineRoofs r = measure_machine_roofs(isa, t, args.smoke);
       if (isa == best_isa()) best_isa_roofs[t] = r;
       table.add({std::to_string(t), isa_name(isa), fmt(r.peak_gflops), peak_cell(r.bf16_peak_gflops),
-                 peak_cell(r.int8_peak_gops), fmt(r.l2_gbs), fmt(r.l3_gbs), fmt(r.dram_gbs)});
+                 peak_cell(r.int8_peak_gops), fmt(r.l2_gbs), l3_cell(r.l3_gbs), fmt(r.dram_gbs)});
       results.push_back({{"threads", t}, {"isa", isa_name(isa)}, {"fma_peak_gflops", r.peak_gflops},
                          {"bf16_peak_gflops", absent_as_null(r.bf16_peak_gflops)},
                          {"int8_peak_gops", absent_as_null(r.int8_peak_gops)}, {"l2_read_gbs", r.l2_gbs},
                          {"l3_read_gbs", r.l3_gbs}, {"dram_read_gbs", r.dram_gbs}});
     }
   }
+  const std::map<int, AccessRoofs> access_roofs = measure_access_roofs(best_isa_roofs, args.smoke);
+  Table access_table({"threads", "access", "arrays", "L2 GB/s", "L3 GB/s", "DRAM GB/s"});
+  for (const auto& [t, a] : access_roofs)
+    for (const roofs::Access access : roofs::kAccesses)
+      access_table.add({std::to_string(t), roofs::access_name(access), std::to_string(roofs::access_arrays(access)),
+                        fmt(a.at(access, MemoryLevel::l2)), l3_cell(a.at(access, MemoryLevel::l3)),
+                        fmt(a.at(access, MemoryLevel::dram))});
   const nlohmann::json probes = {{"l2_bytes", roofs::l2_probe_bytes(caches, 1)},
                                  {"l3_bytes", roofs::l3_probe_bytes(caches, 1)},
                                  {"dram_bytes", roofs::dram_probe_bytes(caches)},
@@ -57,7 +69,8 @@ int main(int argc, char** argv) {
                                                                  "read) and 15 (L2, L3 read): a roof is what the "
                                                                  "hardware can do, noise only lowers it",
                                                  args.threads)},
-                        {"read_probe_bytes", probes}, {"dot_peaks", peaks}, {"results", results}};
+                        {"read_probe_bytes", probes}, {"dot_peaks", peaks}, {"results", results},
+                        {"access_roofs_gbs", access_roofs_json(access_roofs)}};
   if (args.json) {
     std::printf("%s\n", out.dump(2).c_str());
   } else {
@@ -70,6 +83,9 @@ int main(int argc, char** argv) {
     std::printf("%s", table.str().c_str());
     std::printf("BF16 peak: vdpbf16ps, 2 FLOPs per bf16 product; int8 peak: vpdpbusd, 2 ops per u8*s8 "
                 "multiply-add (MAC rate = half); \"absent\": the ISA level or CPU lacks the instruction\n");
+    std::printf("\nBandwidth by access pattern (%s loops; GB/s of bytes read + written, a write's line fill not "
+                "counted; each pattern's arrays together the size of the read probe):\n%s",
+                isa_name(best_isa()), access_table.str().c_str());
   }
   return 0;
 }

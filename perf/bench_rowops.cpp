@@ -1,11 +1,14 @@
 // bench-rowops: the row and elementwise ops around the GEMMs (layer_norm, rms_norm, gelu_tanh, silu, swiglu, add,
-// rope) in GB/s of data touched (reads + writes), against the DRAM read bandwidth measured in the same run.
+// rope) in GB/s of data touched (reads + writes), each against the roof of its own mix of reads and writes
+// (roofs::Access: one read and one write, two reads and one write, or in place) over a working set of its own size,
+// measured in the same run: a read roof is not the roof of an op that writes, and a level's probe is not the roof
+// of a working set just over that level (part of it still hits the cache). The level column says where the
+// working set fits.
 //
 // Shapes: decode (1 row of 768: latency-bound, L1), short (128 x 768, a short prompt: 384 KiB per array, just
 // over the row ops' one-thread threshold, kRowOpOneThreadBelow = 64 Ki floats: 6 items to split), prefill
-// (512 x 768, 1.5 MiB per array: L2/L3) and stream (16384 x 768, 48 MiB per array: DRAM). These ops have no FLOP roof worth quoting; the bandwidth is the roof, and only the stream shape
-// is bounded by DRAM (the others may exceed it: they run from cache). The peer is the scalar ref path of the same
-// op (speedup column).
+// (512 x 768, 1.5 MiB per array: L2/L3) and stream (16384 x 768, 48 MiB per array: past most L3s). These ops have no FLOP
+// roof worth quoting; the bandwidth is the roof. The peer is the scalar ref path of the same op (speedup column).
 // Each op runs every entry of its kernel table this CPU supports (ops/<op>/<op>_kernels.h), reference first.
 #include "perf/common/bench_util.h"
 
@@ -17,6 +20,7 @@
 #include "ops/rope/rope.h"
 #include "ops/rope/rope_kernels.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <functional>
 #include <map>
@@ -47,11 +51,12 @@ int main(int argc, char** argv) {
   if (args.smoke) shapes = {{"decode", 1, 768}, {"prefill", 64, 768}};
 
   const std::map<int, MachineRoofs> roofs = measure_roofs(default_isa(), args.threads, args.smoke);
-  nlohmann::json out = {{"machine", machine_json(roofs, "wall-clock median of " + std::to_string(args.reps) +
-                                                            " runs, warm caches (each op's GB/s set against the "
-                                                            "read roof of the level its arrays fit in)", args.threads)},
-                        {"results", nlohmann::json::array()}};
-  Table table({"op", "shape", "threads", "kernel", "us", "GB/s", "% read roof", "x ref"});
+  nlohmann::json machine = machine_json(roofs, "wall-clock median of " + std::to_string(args.reps) +
+                                                   " runs, warm caches (each op's GB/s set against the best-of roof "
+                                                   "of its access pattern over a working set of the same size)",
+                                        args.threads);
+  nlohmann::json out = {{"machine", machine}, {"results", nlohmann::json::array()}};
+  Table table({"op", "shape", "threads", "kernel", "us", "GB/s", "roof GB/s", "% roof (fits in, access)", "x ref"});
   const size_t max_elems = shapes.back().n_rows * shapes.back().d;
   AlignedBuffer<float> a(max_elems), b(max_elems), c(max_elems), weight(4096), bias(4096);
   fill(a, 1, -4.0f, 4.0f);
@@ -69,59 +74,74 @@ int main(int argc, char** argv) {
       const std::vector<KernelCase> norm_cases = kernel_cases(ops::norm_kernels());
       const std::vector<KernelCase> activation_cases = kernel_cases(ops::activation_kernels());
       const std::vector<KernelCase> rope_cases = kernel_cases(ops::rope_kernels());
-      // op name -> (bytes touched per call, the call for an ISA)
+      // op name -> (its access pattern, bytes touched per call: reads + writes, the call for an ISA)
+      using roofs::Access;
       struct Op {
         const char* name;
+        Access access;
         double bytes;
         const std::vector<KernelCase>& kernels;  // its op's table
         std::function<void(Isa)> run;
       };
       const std::vector<Op> ops_list = {
-          {"layer_norm", 2 * array_bytes, norm_cases,
+          {"layer_norm", Access::read_write, 2 * array_bytes, norm_cases,
            [&](Isa isa) {
              ops::layer_norm(isa, a.data(), s.n_rows, s.d, s.d, weight.data(), bias.data(), 1e-5f, c.data(), s.d,
                              threads);
            }},
-          {"rms_norm", 2 * array_bytes, norm_cases,
+          {"rms_norm", Access::read_write, 2 * array_bytes, norm_cases,
            [&](Isa isa) {
              ops::rms_norm(isa, a.data(), s.n_rows, s.d, s.d, weight.data(), 1e-5f, c.data(), s.d, threads);
            }},
           // Out of place from fixed inputs: repeated in-place gelu/silu would shrink values into subnormals
           // (gelu(x) ~ x/2 near 0), whose microcode assists would be timed instead of the kernel.
-          {"gelu_tanh", 2 * array_bytes, activation_cases,
+          {"gelu_tanh", Access::read_write, 2 * array_bytes, activation_cases,
            [&](Isa isa) { ops::gelu_tanh(isa, a.data(), c.data(), n, threads); }},
-          {"silu", 2 * array_bytes, activation_cases,
+          {"silu", Access::read_write, 2 * array_bytes, activation_cases,
            [&](Isa isa) { ops::silu(isa, a.data(), c.data(), n, threads); }},
-          {"swiglu", 3 * array_bytes, activation_cases,
+          {"swiglu", Access::read2_write, 3 * array_bytes, activation_cases,
            [&](Isa isa) { ops::swiglu(isa, a.data(), b.data(), c.data(), n, threads); }},
-          {"add", 3 * array_bytes, activation_cases,
+          {"add", Access::read2_write, 3 * array_bytes, activation_cases,
            [&](Isa isa) { ops::add(isa, a.data(), b.data(), c.data(), n, threads); }},
           // Rows of 12 heads x 64 (d = 768), rotate-half, positions 0..n_rows-1.
-          {"rope", 2 * array_bytes, rope_cases,
+          {"rope", Access::read_write_in_place, 2 * array_bytes, rope_cases,
            [&](Isa isa) {
              ops::rope(isa, rope_table, ops::RopeLayout::rotate_half, c.data(), s.n_rows, s.d, s.d / head_dim,
                        head_dim, 0, threads);
            }},
       };
       for (const Op& op : ops_list) {
+        // The roof is measured just before the op's kernels and again just after, the higher kept: DRAM
+        // bandwidth on a shared host drifts over seconds, and a roof taken elsewhere in the run could sit below
+        // the op (or far above it) for that reason alone.
+        const double working_set = array_bytes * roofs::access_arrays(op.access);
+        const double roof_before = measure_access_roof_at(op.access, threads, working_set, args.smoke);
         std::map<Isa, double> seconds;
         for (const KernelCase& kernel : op.kernels) {
-          const Isa isa = kernel.isa;
           fill(c, 3, -4.0f, 4.0f);  // rope (in place, a rotation: magnitudes stay) starts from the same data
-          seconds[isa] = median_seconds([&] { op.run(isa); }, args.reps);
+          seconds[kernel.isa] = median_seconds([&] { op.run(kernel.isa); }, args.reps);
+        }
+        const double roof_gbs =
+            std::max(roof_before, measure_access_roof_at(op.access, threads, working_set, args.smoke));
+        // Warm caches: the arrays (all of them: the working set) come from where they fit, and the same pattern
+        // over the same bytes by the simplest loop bounds the op.
+        const MemoryLevel level = read_roof_for(roofs.at(threads), working_set).level;
+        for (const KernelCase& kernel : op.kernels) {
+          const Isa isa = kernel.isa;
           const double gbs = op.bytes / seconds[isa] / 1e9;
           const double vs_ref = seconds[Isa::ref] / seconds[isa];
-          // Warm caches: the arrays come from the level they fit in, and that level's read roof bounds the op.
-          ReadRoof roof;
-          const RoofShare share = share_of_read_roof(gbs, op.bytes, roofs.at(threads), &roof);
+          const RoofShare share = share_of_roof(gbs, roof_gbs, std::string(roofs::access_name(op.access)) + " over " +
+                                                                   fmt(working_set / 1048576.0, 2) + " MiB");
           table.add({op.name, std::string(s.name) + " " + std::to_string(s.n_rows) + "x" + std::to_string(s.d),
-                     std::to_string(threads), kernel.name, fmt(seconds[isa] * 1e6, 2), fmt(gbs),
-                     pct_cell(share) + " " + memory_level_name(roof.level), fmt(vs_ref, 1)});
+                     std::to_string(threads), kernel.name, fmt(seconds[isa] * 1e6, 2), fmt(gbs), fmt(roof_gbs),
+                     pct_cell(share) + " " + memory_level_name(level) + " " + roofs::access_name(op.access),
+                     fmt(vs_ref, 1)});
           out["results"].push_back({{"op", op.name}, {"shape", s.name}, {"n_rows", s.n_rows}, {"d", s.d},
                                     {"threads", threads}, {"isa", isa_name(isa)}, {"kernel", kernel.name},
                                     {"seconds", seconds[isa]}, {"gb_per_s", gbs},
-                                    {"read_roof", memory_level_name(roof.level)}, {"read_roof_gbs", roof.gbs},
-                                    {"pct_of_read_roof", pct_json(share)}, {"read_roof_note", share.text},
+                                    {"access", roofs::access_name(op.access)}, {"working_set_bytes", working_set},
+                                    {"fits_in", memory_level_name(level)}, {"roof_gbs", roof_gbs},
+                                    {"pct_of_roof", pct_json(share)}, {"roof_note", share.text},
                                     {"speedup_vs_ref", vs_ref}});
         }
       }

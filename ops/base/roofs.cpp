@@ -30,9 +30,14 @@ double steady_seconds() {
 
 std::span<const ops::KernelEntry<RoofKernels>> roof_kernels() {
   static constexpr ops::KernelEntry<RoofKernels> table[] = {
-      {Isa::avx512, "roofs_avx512", {2.0 * 16 * 10, fma_loop_avx512, read_loop_avx512}},  // 10 zmm FMAs of 16 lanes
-      {Isa::avx2, "roofs_avx2", {2.0 * 8 * 10, fma_loop_avx2, read_loop_avx2}},           // 10 ymm FMAs of 8 lanes
-      {Isa::ref, "roofs_ref", {2.0 * 8, fma_loop_ref, read_loop_ref}},                    // 8 scalar multiply-adds
+      // 10 zmm FMAs of 16 lanes
+      {Isa::avx512, "roofs_avx512",
+       {2.0 * 16 * 10, fma_loop_avx512, read_loop_avx512, read_write_loop_avx512, read2_write_loop_avx512}},
+      // 10 ymm FMAs of 8 lanes
+      {Isa::avx2, "roofs_avx2",
+       {2.0 * 8 * 10, fma_loop_avx2, read_loop_avx2, read_write_loop_avx2, read2_write_loop_avx2}},
+      // 8 scalar multiply-adds
+      {Isa::ref, "roofs_ref", {2.0 * 8, fma_loop_ref, read_loop_ref, read_write_loop_ref, read2_write_loop_ref}},
   };
   return table;
 }
@@ -72,11 +77,47 @@ double measure_vnni_dot_gops(int n_threads, long iterations, int reps) {
   return measure_loop_rate(vnni_dot_loop_avx512vnni, kVnniDotOpsPerIteration, n_threads, iterations, reps) * 1e-9;
 }
 
-double measure_read_gbs(int n_threads, size_t bytes, int reps, int passes) {
-  const size_t n = bytes / sizeof(float);
-  AlignedBuffer<float> a(n);
+const char* access_name(Access access) {
+  switch (access) {
+    case Access::read: return "read";
+    case Access::read_write_in_place: return "read+write in place";
+    case Access::read_write: return "read+write";
+    case Access::read2_write: return "2 reads+write";
+  }
+  return "?";
+}
+
+int access_arrays(Access access) {
+  switch (access) {
+    case Access::read: return 1;
+    case Access::read_write_in_place: return 1;
+    case Access::read_write: return 2;
+    case Access::read2_write: return 3;
+  }
+  return 1;
+}
+
+int access_touches(Access access) {
+  switch (access) {
+    case Access::read: return 1;
+    case Access::read_write_in_place: return 2;
+    case Access::read_write: return 2;
+    case Access::read2_write: return 3;
+  }
+  return 1;
+}
+
+double measure_access_gbs(Access access, int n_threads, size_t bytes, int reps, int passes) {
+  const int n_arrays = access_arrays(access);
+  const size_t n = bytes / sizeof(float) / n_arrays;  // floats per array
+  AlignedBuffer<float> a(n), b(n_arrays > 1 ? n : 0), c(n_arrays > 2 ? n : 0);
+  // First touch outside the timed loop, by the threads that stream each share (the same static split as below).
 #pragma omp parallel for num_threads(n_threads) schedule(static)
-  for (size_t i = 0; i < n; ++i) a[i] = 1.0f;  // first touch outside the timed loop, by the threads that read
+  for (size_t i = 0; i < n; ++i) {
+    a[i] = 1.0f;
+    if (n_arrays > 1) b[i] = 2.0f;
+    if (n_arrays > 2) c[i] = 3.0f;
+  }
   const RoofKernels& kernels = ops::select_kernel(roof_kernels(), best_isa()).kernels;
   double best = 1e30;
   float sink = 0;
@@ -85,13 +126,26 @@ double measure_read_gbs(int n_threads, size_t bytes, int reps, int passes) {
 #pragma omp parallel num_threads(n_threads) reduction(+ : sink)
     {
       const int t = omp_get_thread_num(), nt = omp_get_num_threads();
-      const size_t begin = n * t / nt, end = n * (t + 1) / nt;
-      for (int pass = 0; pass < passes; ++pass) sink += kernels.read_loop(a.data() + begin, end - begin);
+      const size_t begin = n * t / nt, count = n * (t + 1) / nt - begin;
+      for (int pass = 0; pass < passes; ++pass) {
+        switch (access) {
+          case Access::read: sink += kernels.read_loop(a.data() + begin, count); break;
+          case Access::read_write_in_place: kernels.read_write_loop(a.data() + begin, a.data() + begin, count); break;
+          case Access::read_write: kernels.read_write_loop(a.data() + begin, b.data() + begin, count); break;
+          case Access::read2_write:
+            kernels.read2_write_loop(a.data() + begin, b.data() + begin, c.data() + begin, count);
+            break;
+        }
+      }
     }
     best = std::min(best, steady_seconds() - t0);
   }
-  if (sink == 12345.0f) std::fputc(' ', stderr);
-  return static_cast<double>(n * sizeof(float)) * passes / best * 1e-9;
+  if (sink == 12345.0f) std::fputc(' ', stderr);  // the writes need no such guard: they go through a table's pointer
+  return static_cast<double>(n * sizeof(float)) * access_touches(access) * passes / best * 1e-9;
+}
+
+double measure_read_gbs(int n_threads, size_t bytes, int reps, int passes) {
+  return measure_access_gbs(Access::read, n_threads, bytes, reps, passes);
 }
 
 namespace {

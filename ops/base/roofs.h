@@ -38,11 +38,22 @@ float read_loop_ref(const float* src, size_t n);
 float read_loop_avx2(const float* src, size_t n);
 float read_loop_avx512(const float* src, size_t n);
 
+// dst[0, n) = -src[0, n) (in place when dst == src), and dst = a + b: the read-and-write patterns of the row ops,
+// with plain stores as theirs.
+void read_write_loop_ref(const float* src, float* dst, size_t n);
+void read_write_loop_avx2(const float* src, float* dst, size_t n);
+void read_write_loop_avx512(const float* src, float* dst, size_t n);
+void read2_write_loop_ref(const float* a, const float* b, float* dst, size_t n);
+void read2_write_loop_avx2(const float* a, const float* b, float* dst, size_t n);
+void read2_write_loop_avx512(const float* a, const float* b, float* dst, size_t n);
+
 // One ISA's loops and the work of one fma_loop round. Table: best ISA first, the reference last (kernel_table.h).
 struct RoofKernels {
   double flops_per_iteration;
   float (*fma_loop)(long iterations);
   float (*read_loop)(const float* src, size_t n);
+  void (*read_write_loop)(const float* src, float* dst, size_t n);
+  void (*read2_write_loop)(const float* a, const float* b, float* dst, size_t n);
 };
 std::span<const ops::KernelEntry<RoofKernels>> roof_kernels();
 
@@ -57,6 +68,25 @@ double measure_vnni_dot_gops(int n_threads, long iterations, int reps);
 // `reps` timed runs reads it `passes` times (passes > 1 for cache-resident arrays, too quick to time in one pass);
 // best of `reps`.
 double measure_read_gbs(int n_threads, size_t bytes, int reps, int passes = 1);
+
+// How an op moves its data, for a bandwidth roof of the same mix of reads and writes. A read roof is not the roof
+// of an op that also writes: on the AMD EPYC Zen 5 VM (2026-12-04) one thread read DRAM at 42-47 GB/s, and
+// rms_norm's reads + writes ran at 46-48 (an in-place RoPE at 67-70), "above the roof".
+//   read:                one array, read (a sum; the GEMM's weights, a decode step's model)
+//   read_write_in_place: one array, each element read then written back (RoPE)
+//   read_write:          one array read, another written (the norms, GELU, SiLU)
+//   read2_write:         two arrays read, a third written (the residual add, SwiGLU)
+enum class Access { read, read_write_in_place, read_write, read2_write };
+inline constexpr Access kAccesses[] = {Access::read, Access::read_write_in_place, Access::read_write,
+                                       Access::read2_write};
+const char* access_name(Access access);  // "read", "read+write in place", "read+write", "2 reads+write"
+int access_arrays(Access access);         // distinct arrays: 1, 1, 2, 3
+int access_touches(Access access);        // bytes counted per byte of one array: reads + writes: 1, 2, 2, 3
+// GB/s of `access` on `n_threads` threads over a working set of `bytes` (all its arrays together, each
+// bytes / access_arrays), counted as the row ops count theirs: every byte read plus every byte written (a write's
+// line fill, where the CPU reads before it writes, is not counted). Each thread streams its own contiguous share
+// of every array, first touched by that thread; `passes` and best of `reps` as measure_read_gbs (read: the same).
+double measure_access_gbs(Access access, int n_threads, size_t bytes, int reps, int passes = 1);
 
 // Data cache capacities in bytes (0: not reported). l1d and l2 are per core, l3 is the whole L3 one core sees.
 // source: where they came from ("sysfs", "CPUID leaf 4", "CPUID 0x8000001D", "CPUID 0x80000005/6", "sysfs +

@@ -47,4 +47,25 @@ float read_loop_avx512(const float* src, size_t n) {
   return total;
 }
 
+// dst = -src, 4 vectors per round (an exact flip: repeated passes in place never drift into subnormals); in place
+// when dst == src. Plain stores, as the row ops': the roof of an op that writes what it read.
+void read_write_loop_avx512(const float* src, float* dst, size_t n) {
+  const __m512 sign = _mm512_set1_ps(-0.0f);
+  size_t i = 0;
+  for (; i + 4 * 16 <= n; i += 4 * 16)
+    for (int j = 0; j < 4; ++j)
+      _mm512_storeu_ps(dst + i + j * 16, _mm512_xor_ps(_mm512_loadu_ps(src + i + j * 16), sign));
+  for (; i < n; ++i) dst[i] = -src[i];
+}
+
+// dst = a + b, 4 vectors per round (the residual add's and SwiGLU's two reads and one write).
+void read2_write_loop_avx512(const float* a, const float* b, float* dst, size_t n) {
+  size_t i = 0;
+  for (; i + 4 * 16 <= n; i += 4 * 16)
+    for (int j = 0; j < 4; ++j)
+      _mm512_storeu_ps(dst + i + j * 16,
+                       _mm512_add_ps(_mm512_loadu_ps(a + i + j * 16), _mm512_loadu_ps(b + i + j * 16)));
+  for (; i < n; ++i) dst[i] = a[i] + b[i];
+}
+
 }  // namespace sqrtdk::roofs

@@ -23,4 +23,14 @@ float read_loop_ref(const float* src, size_t n) {
   return s[0] + s[1] + s[2] + s[3] + s[4] + s[5] + s[6] + s[7];
 }
 
+// Element by element, as the reference row ops run. Negation, not a copy: GCC turns a copy loop into memcpy, whose
+// large copies use non-temporal stores, another access pattern than the ops'.
+void read_write_loop_ref(const float* src, float* dst, size_t n) {
+  for (size_t i = 0; i < n; ++i) dst[i] = -src[i];
+}
+
+void read2_write_loop_ref(const float* a, const float* b, float* dst, size_t n) {
+  for (size_t i = 0; i < n; ++i) dst[i] = a[i] + b[i];
+}
+
 }  // namespace sqrtdk::roofs

@@ -204,6 +204,74 @@ RoofShare share_of_read_roof(double gbs, double bytes, const MachineRoofs& roofs
   return share_of_roof(gbs, roof.gbs, std::string(memory_level_name(roof.level)) + " read");
 }
 
+double AccessRoofs::at(roofs::Access access, MemoryLevel level) const {
+  const auto it = gbs.find({access, level});
+  return it == gbs.end() ? 0 : it->second;
+}
+
+std::map<int, AccessRoofs> measure_access_roofs(const std::map<int, MachineRoofs>& roofs, bool smoke) {
+  std::map<int, AccessRoofs> out;
+  for (const auto& [t, r] : roofs) {
+    AccessRoofs& a = out[t];
+    a.n_threads = t;
+    roofs::CacheSizes caches;
+    caches.l1d = r.l1d_bytes;
+    caches.l2 = r.l2_bytes;
+    caches.l3 = r.l3_bytes;  // an L3 found by reading included: the probe then sits where the read one did
+    // The read probes' sizes, reps and passes (measure_machine_roofs), so the patterns compare like with like.
+    const size_t l2 = roofs::l2_probe_bytes(caches, t), l3 = roofs::l3_probe_bytes(caches, t);
+    const size_t dram = smoke ? size_t{64} << 20 : roofs::dram_probe_bytes(caches);
+    const int dram_reps = smoke ? 1 : static_cast<int>(std::max<size_t>(3, (size_t{4} << 30) / dram));
+    const int cache_reps = smoke ? 1 : 15;
+    a.gbs[{roofs::Access::read, MemoryLevel::l2}] = r.l2_gbs;
+    a.gbs[{roofs::Access::read, MemoryLevel::l3}] = r.l3_gbs;
+    a.gbs[{roofs::Access::read, MemoryLevel::dram}] = r.dram_gbs;
+    std::string line;
+    for (const roofs::Access access : roofs::kAccesses) {
+      if (access == roofs::Access::read) continue;
+      if (l2 && r.l2_gbs > 0)
+        a.gbs[{access, MemoryLevel::l2}] =
+            roofs::measure_access_gbs(access, t, l2, cache_reps, smoke ? 1 : roofs::read_probe_passes(l2));
+      if (l3 && r.l3_gbs > 0)
+        a.gbs[{access, MemoryLevel::l3}] =
+            roofs::measure_access_gbs(access, t, l3, cache_reps, smoke ? 1 : roofs::read_probe_passes(l3));
+      a.gbs[{access, MemoryLevel::dram}] = roofs::measure_access_gbs(access, t, dram, dram_reps);
+      line += std::string("; ") + roofs::access_name(access) + " L2 " + fmt(a.at(access, MemoryLevel::l2)) +
+              ", L3 " + fmt(a.at(access, MemoryLevel::l3)) + ", DRAM " + fmt(a.at(access, MemoryLevel::dram));
+    }
+    std::fprintf(stderr, "access roofs, %d thread(s), GB/s of reads + writes%s\n", t, line.c_str());
+  }
+  return out;
+}
+
+double measure_access_roof_at(roofs::Access access, int n_threads, double working_set_bytes, bool smoke) {
+  const size_t bytes = static_cast<size_t>(working_set_bytes);
+  // As measure_machine_roofs: DRAM-sized sets streamed once per rep (enough reps for 4 GiB), cache-sized ones
+  // read_probe_passes times per rep (64 MiB of traffic, so the timer's resolution does not count), best of 15.
+  // Smoke keeps the passes (a 6 KiB set streamed once would time the clock) and runs three reps.
+  const bool beyond_caches = bytes >= (size_t{64} << 20);
+  const int passes = beyond_caches ? 1 : roofs::read_probe_passes(bytes);
+  const int reps = smoke ? 3 : beyond_caches ? static_cast<int>(std::max<size_t>(3, (size_t{4} << 30) / bytes)) : 15;
+  return roofs::measure_access_gbs(access, n_threads, bytes, reps, passes);
+}
+
+nlohmann::json access_roofs_json(const std::map<int, AccessRoofs>& access_roofs) {
+  nlohmann::json out = nlohmann::json::object();
+  for (const auto& [t, a] : access_roofs) {
+    nlohmann::json per_thread = nlohmann::json::object();
+    for (const roofs::Access access : roofs::kAccesses) {
+      nlohmann::json levels = nlohmann::json::object();
+      for (const MemoryLevel level : {MemoryLevel::l2, MemoryLevel::l3, MemoryLevel::dram}) {
+        const double v = a.at(access, level);
+        levels[memory_level_name(level)] = v > 0 ? nlohmann::json(v) : nlohmann::json();
+      }
+      per_thread[roofs::access_name(access)] = levels;
+    }
+    out[std::to_string(t)] = per_thread;
+  }
+  return out;
+}
+
 std::string Table::str() const {
   std::vector<size_t> width(header_.size(), 0);
   auto widen = [&](const std::vector<std::string>& row) {

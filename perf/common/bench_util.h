@@ -6,6 +6,7 @@
 #pragma once
 
 #include "ops/base/kernel_table.h"
+#include "ops/base/roofs.h"
 
 #include <sqrtdk/isa.h>
 #include <sqrtdk/profiler.h>
@@ -18,6 +19,7 @@
 #include <map>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace sqrtdk::perf {
@@ -74,6 +76,28 @@ nlohmann::json pct_json(const RoofShare& share);
 // The read roof for data of `bytes` re-read call after call with warm caches, and `gbs`'s share of it: the level
 // that holds the data (read_roof_for), never DRAM for data a cache holds.
 RoofShare share_of_read_roof(double gbs, double bytes, const MachineRoofs& roofs, ReadRoof* roof_used = nullptr);
+
+// The bandwidth roofs of the access patterns that write (roofs::Access: an op that reads and writes is not bounded
+// by a read roof), per memory level, on one thread count: measured with the read probes' sizes, threads and
+// best-of counts (measure_machine_roofs), each pattern's arrays together as large as the read probe. The read
+// pattern's entries are the MachineRoofs' read roofs they were measured beside. 0: not measured (L1, or a level
+// the read roofs have none for).
+struct AccessRoofs {
+  int n_threads = 1;
+  std::map<std::pair<roofs::Access, MemoryLevel>, double> gbs;
+  double at(roofs::Access access, MemoryLevel level) const;
+};
+// For each of `roofs`' thread counts (their caches, including an L3 found by reading); quick with smoke. Prints
+// each thread count's figures to stderr, as measure_roofs.
+std::map<int, AccessRoofs> measure_access_roofs(const std::map<int, MachineRoofs>& roofs, bool smoke);
+// The roof of an op that moves data by `access` over a `working_set_bytes` working set (all its arrays)
+// re-touched call after call with warm caches: the simplest loop of that pattern over arrays of the same total
+// size on `n_threads` threads, measured now (best of the read probes' counts: 15 below 64 MiB, else enough for
+// 4 GiB and at least 3; three with smoke). The same size, not the level's probe size: a working set just over a
+// cache, or a few times an L3 with a non-LRU policy, still hits it, and a level's probe would then sit below it.
+double measure_access_roof_at(roofs::Access access, int n_threads, double working_set_bytes, bool smoke);
+// {"1": {"read+write": {"L2": GB/s, "L3": ..., "DRAM": ...}, ...}, "2": ...}: null where not measured.
+nlohmann::json access_roofs_json(const std::map<int, AccessRoofs>& access_roofs);
 
 // One entry of an op's kernel table, as a benchmark case: the ISA to pass to the op and the kernel's name to report.
 struct KernelCase {
