@@ -24,7 +24,9 @@ void gpt2_forward(ForwardState& s, const uint32_t* tokens, size_t n, size_t pos0
   float* x = s.x.data();
   float* xb = s.xb.data();
 
-  run_op(s, "embedding", -1, n, 1.0 * n * d, 3.0 * n * d * sizeof(float), [&] {
+  const double rows_bytes = 1.0 * n * d * sizeof(float);  // one [n, d] array of activations
+  // The token and position tables' rows stream; x, written, is resident.
+  run_op(s, "embedding", -1, n, 1.0 * n * d, 3 * rows_bytes, rows_bytes, [&] {
     for_each_sequence(s, n, pos0, [&](const SequenceRows& seq) {
       for (size_t t = seq.row0; t < seq.row0 + seq.n; ++t) {
         const float* te = m.tok_emb + size_t{tokens[t]} * d;
@@ -38,7 +40,7 @@ void gpt2_forward(ForwardState& s, const uint32_t* tokens, size_t n, size_t pos0
     const LayerWeights& w = m.layers[l];
     const int layer = static_cast<int>(l);
 
-    run_op(s, "attn_norm", layer, n, 7.0 * n * d, 2.0 * n * d * sizeof(float), [&] {
+    run_op(s, "attn_norm", layer, n, 7.0 * n * d, 2 * rows_bytes, 2 * rows_bytes, [&] {
       ops::layer_norm(isa, x, n, d, d, w.attn_norm_weight.data(), w.attn_norm_bias.data(), c.norm_eps, xb, d,
                       s.n_threads);
     });
@@ -52,7 +54,7 @@ void gpt2_forward(ForwardState& s, const uint32_t* tokens, size_t n, size_t pos0
     out.ld_residual = d;
     run_linear(s, "attn_out", layer, w.attn_out, s.att.data(), n, c.n_heads * c.head_dim, x, d, out);
 
-    run_op(s, "ffn_norm", layer, n, 7.0 * n * d, 2.0 * n * d * sizeof(float), [&] {
+    run_op(s, "ffn_norm", layer, n, 7.0 * n * d, 2 * rows_bytes, 2 * rows_bytes, [&] {
       ops::layer_norm(isa, x, n, d, d, w.ffn_norm_weight.data(), w.ffn_norm_bias.data(), c.norm_eps, xb, d,
                       s.n_threads);
     });
@@ -67,7 +69,7 @@ void gpt2_forward(ForwardState& s, const uint32_t* tokens, size_t n, size_t pos0
     run_linear(s, "ffn_down", layer, w.ffn_down, s.hb.data(), n, d_ff, x, d, down);
   }
 
-  run_op(s, "out_norm", -1, n, 7.0 * n * d, 2.0 * n * d * sizeof(float), [&] {
+  run_op(s, "out_norm", -1, n, 7.0 * n * d, 2 * rows_bytes, 2 * rows_bytes, [&] {
     ops::layer_norm(isa, x, n, d, d, m.out_norm_weight.data(), m.out_norm_bias.data(), c.norm_eps, xb, d,
                     s.n_threads);
   });

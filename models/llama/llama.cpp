@@ -26,7 +26,9 @@ void llama_forward(ForwardState& s, const uint32_t* tokens, size_t n, size_t pos
   float* x = s.x.data();
   float* xb = s.xb.data();
 
-  run_op(s, "embedding", -1, n, 0, 2.0 * n * d * sizeof(float), [&] {
+  const double rows_bytes = 1.0 * n * d * sizeof(float);  // one [n, d] array of activations
+  // The table's rows stream; x, written, is resident.
+  run_op(s, "embedding", -1, n, 0, 2 * rows_bytes, rows_bytes, [&] {
     for (size_t t = 0; t < n; ++t) std::copy_n(m.tok_emb + size_t{tokens[t]} * d, d, x + t * d);
   });
 
@@ -34,7 +36,7 @@ void llama_forward(ForwardState& s, const uint32_t* tokens, size_t n, size_t pos
     const LayerWeights& w = m.layers[l];
     const int layer = static_cast<int>(l);
 
-    run_op(s, "attn_norm", layer, n, 4.0 * n * d, 2.0 * n * d * sizeof(float), [&] {
+    run_op(s, "attn_norm", layer, n, 4.0 * n * d, 2 * rows_bytes, 2 * rows_bytes, [&] {
       ops::rms_norm(isa, x, n, d, d, w.attn_norm_weight.data(), c.norm_eps, xb, d, s.n_threads);
     });
     run_linear(s, "attn_qkv", layer, w.attn_qkv, xb, n, d, s.qkv.data(), qkv_w, {});
@@ -45,7 +47,7 @@ void llama_forward(ForwardState& s, const uint32_t* tokens, size_t n, size_t pos
     residual.ld_residual = d;
     run_linear(s, "attn_out", layer, w.attn_out, s.att.data(), n, c.n_heads * hd, x, d, residual);
 
-    run_op(s, "ffn_norm", layer, n, 4.0 * n * d, 2.0 * n * d * sizeof(float), [&] {
+    run_op(s, "ffn_norm", layer, n, 4.0 * n * d, 2 * rows_bytes, 2 * rows_bytes, [&] {
       ops::rms_norm(isa, x, n, d, d, w.ffn_norm_weight.data(), c.norm_eps, xb, d, s.n_threads);
     });
     ops::GemmEpilogue gate;
@@ -58,7 +60,7 @@ void llama_forward(ForwardState& s, const uint32_t* tokens, size_t n, size_t pos
     run_linear(s, "ffn_down", layer, w.ffn_down, s.hb.data(), n, d_ff, x, d, residual);
   }
 
-  run_op(s, "out_norm", -1, n, 4.0 * n * d, 2.0 * n * d * sizeof(float), [&] {
+  run_op(s, "out_norm", -1, n, 4.0 * n * d, 2 * rows_bytes, 2 * rows_bytes, [&] {
     ops::rms_norm(isa, x, n, d, d, m.out_norm_weight.data(), c.norm_eps, xb, d, s.n_threads);
   });
 }

@@ -15,9 +15,10 @@ namespace sqrtdk {
 void run_linear(ForwardState& s, const char* op, int layer, const Linear& w, const float* x, size_t n, size_t ldx,
                 float* y, size_t ldy, const ops::GemmEpilogue& epilogue) {
   const double N = static_cast<double>(w.N()), K = static_cast<double>(w.K());
-  // Bytes: weights once, input rows, output rows (read too when a residual is added).
-  const double bytes = (N * K + n * K + n * N * (epilogue.residual ? 2 : 1)) * sizeof(float);
-  run_op(s, op, layer, n, 2.0 * n * N * K, bytes,
+  // Bytes: weights once (streamed), input rows and output rows (read too when a residual is added: resident).
+  const double resident = (n * K + n * N * (epilogue.residual ? 2 : 1)) * sizeof(float);
+  const double bytes = N * K * sizeof(float) + resident;
+  run_op(s, op, layer, n, 2.0 * n * N * K, bytes, resident,
          [&] { ops::gemm(x, n, ldx, w.weights, y, ldy, epilogue, s.n_threads, s.row_order); });
 }
 
@@ -57,7 +58,9 @@ void sequence_attention(ForwardState& s, int layer, const SequenceRows& rows) {
 
   // Items of one kv head (and a block of rows on long prompts), in the order attention takes them, so the thread
   // that copies a head's keys and values is likely the one whose attention items read them.
-  run_op(s, "kv_store", layer, n, 0, 4.0 * n * c.n_kv_heads * hd * sizeof(float), [&] {
+  // From the QKV rows just made into the cache rows attention reads next: all resident.
+  const double store_bytes = 4.0 * n * c.n_kv_heads * hd * sizeof(float);
+  run_op(s, "kv_store", layer, n, 0, store_bytes, store_bytes, [&] {
     for_group_items(s.n_threads, n, c.n_kv_heads, 2 * hd, [&](size_t h, size_t t0, size_t t1) {
       float* kc = cache_at(rows.k_cache, h);
       float* vc = cache_at(rows.v_cache, h);
@@ -94,6 +97,9 @@ void sequence_attention(ForwardState& s, int layer, const SequenceRows& rows) {
   const double pairs = static_cast<double>(n) * pos0 + 0.5 * n * (n + 1);
   const double flops = 4.0 * hd * c.n_heads * pairs;
   const double bytes = (2.0 * n_keys * c.n_kv_heads * hd + 2.0 * n * c.n_heads * hd) * sizeof(float);
+  // The queries, the output and this chunk's own keys and values (just stored) are resident; the earlier
+  // positions' keys and values stream (a decode step re-reads the whole cache).
+  const double resident = (2.0 * n * c.n_kv_heads * hd + 2.0 * n * c.n_heads * hd) * sizeof(float);
   if (verbose()) {
     ops::AttentionPath path = ops::default_attention_path();
     if (path == ops::AttentionPath::automatic) path = ops::choose_attention_path(p, p.paths);
@@ -105,7 +111,7 @@ void sequence_attention(ForwardState& s, int layer, const SequenceRows& rows) {
                    isa_name(s.m->isa));
     }
   }
-  run_op(s, "attention", layer, n, flops, bytes,
+  run_op(s, "attention", layer, n, flops, bytes, resident,
          [&] { ops::attention(s.m->isa, p, s.attention_ws, s.n_threads); }, n_keys);
 }
 
@@ -119,7 +125,8 @@ void run_rope_qk(ForwardState& s, int layer, float* qkv, size_t n, size_t ld, si
   const ModelConfig& c = s.m->config;
   const size_t hd = c.head_dim, n_groups = c.n_kv_heads, group = c.n_heads / c.n_kv_heads;
   const size_t heads = c.n_heads + c.n_kv_heads;
-  run_op(s, "rope", layer, n, 6.0 * n * heads * hd, 2.0 * n * heads * hd * sizeof(float), [&] {
+  const double rope_bytes = 2.0 * n * heads * hd * sizeof(float);  // the QKV rows just made, in place: resident
+  run_op(s, "rope", layer, n, 6.0 * n * heads * hd, rope_bytes, rope_bytes, [&] {
     const auto layout = c.rope_interleaved ? ops::RopeLayout::interleaved : ops::RopeLayout::rotate_half;
     for_each_sequence(s, n, pos0, [&](const SequenceRows& seq) {
       float* rows = qkv + seq.row0 * ld;

@@ -100,11 +100,12 @@ inline double steady_seconds() {
 
 // Runs fn; if an observer is set, reports the op with its timing. Free when no observer is set: one predictable
 // branch per op (a build with -DSQRTDK_DISABLE_OP_HOOKS=ON compiles the hooks out, to measure that claim).
+// resident_bytes: of bytes, the activations made within the step (OpEvent::resident_bytes).
 template <typename Fn>
-inline void run_op(ForwardState& s, const char* op, int layer, size_t n_tokens, double flops, double bytes, Fn&& fn,
-                   size_t n_keys = 0) {
+inline void run_op(ForwardState& s, const char* op, int layer, size_t n_tokens, double flops, double bytes,
+                   double resident_bytes, Fn&& fn, size_t n_keys = 0) {
 #ifdef SQRTDK_DISABLE_OP_HOOKS
-  (void)s, (void)op, (void)layer, (void)n_tokens, (void)flops, (void)bytes, (void)n_keys;
+  (void)s, (void)op, (void)layer, (void)n_tokens, (void)flops, (void)bytes, (void)resident_bytes, (void)n_keys;
   fn();
   return;
 #endif
@@ -115,7 +116,7 @@ inline void run_op(ForwardState& s, const char* op, int layer, size_t n_tokens, 
   const double t0 = steady_seconds();
   fn();
   const double t1 = steady_seconds();
-  s.observer(OpEvent{op, layer, n_tokens, n_keys, flops, bytes, t0, t1});
+  s.observer(OpEvent{op, layer, n_tokens, n_keys, flops, bytes, t0, t1, resident_bytes});
 }
 
 // y[n, N] = epilogue(x[n, K] · Wᵀ), timed as `op`.

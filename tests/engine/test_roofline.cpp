@@ -211,6 +211,43 @@ TEST_CASE("profiler: ops classified against the phase's roof; overhead when far 
   CHECK(json["machine"]["roofs"][0]["l3_read_gbs"] == 40);
 }
 
+TEST_CASE("profiler: an op's activations made in the step are set against the level they fit in, the rest against the phase's") {
+  Profiler prof(synthetic_roofs());  // L2 100 GB/s (2 MiB per thread, 2 threads), L3 40, DRAM 10
+  double clock = 0;
+  prof.set_phase("prefill");
+  auto record_resident = [&](const char* op, double bytes, double resident, double seconds) {
+    prof.observer()(OpEvent{op, 0, 128, 0, 0, bytes, clock, clock + seconds, resident});
+    clock += seconds;
+  };
+  // A step streaming 400 MB (past the 300 MiB L3: the phase's roof is DRAM's 10 GB/s) ...
+  record_resident("weights", 400e6, 0, 400e6 / 9e9);                // all streamed, at 9 GB/s
+  // ... a norm whose 1 MB of rows sit in L2, at 50 GB/s: above the DRAM roof, half of L2's.
+  record_resident("norm", 1e6, 1e6, 1e6 / 50e9);
+  // ... and a GEMM-like op: 3 MB of activations (L2: 100 GB/s, 30 us) and 10 MB of weights (DRAM: 1 ms).
+  record_resident("linear", 13e6, 3e6, 13e6 / 6.5e9);
+  CHECK(prof.phase_roof("prefill").level == MemoryLevel::dram);
+  std::map<std::string, Profiler::OpRoof> roof;
+  for (const auto& s : prof.by_op("prefill")) roof[s.op] = prof.op_roof("prefill", s);
+  CHECK(roof["weights"].name == "DRAM");
+  CHECK(roof["weights"].roof.gbs == doctest::Approx(10));
+  CHECK(roof["norm"].name == "L2");
+  CHECK(roof["norm"].roof.gbs == doctest::Approx(100));
+  CHECK(roof["linear"].name == "L2+DRAM");
+  CHECK(roof["linear"].roof.level == MemoryLevel::dram);  // the weights' 1 ms outweighs the rows' 30 us
+  CHECK(roof["linear"].roof.gbs == doctest::Approx(13e6 / (3e6 / 100e9 + 10e6 / 10e9) * 1e-9));
+  const std::string table = prof.table("prefill");
+  CAPTURE(table);
+  CHECK(table.find("roof?") == std::string::npos);  // against the phase's DRAM roof the norm read 500%
+  const auto json = nlohmann::json::parse(prof.json());
+  for (const auto& op : json["phases"]["prefill"]["ops"]) {
+    CAPTURE(op.dump());
+    if (op["op"] == "norm") CHECK(op["pct_read_roof"].get<double>() == doctest::Approx(50));
+    if (op["op"] == "norm") CHECK(op["read_roof_level"] == "L2");
+    if (op["op"] == "linear")  // 6.5 GB/s of a 13 MB / 1.03 ms = 12.62 GB/s roof
+      CHECK(op["pct_read_roof"].get<double>() == doctest::Approx(100 * 6.5 / (13e6 / 1.03e-3 * 1e-9)));
+  }
+}
+
 TEST_CASE("profiler: the roofline SVG's labels do not collide and its legend is outside the plot") {
   // A llama of d_model 768, d_ff 2048, 12 layers, vocab 32000 on two threads: prefill of 128 tokens and decode,
   // with times at plausible rates. ffn_gate and ffn_up share FLOPs, bytes and nearly their time (one point over

@@ -96,6 +96,7 @@ struct OpStats {
   size_t calls = 0;
   size_t tokens = 0;
   double seconds = 0, flops = 0, bytes = 0;
+  double resident_bytes = 0;  // of bytes, the activations made within the step (OpEvent::resident_bytes)
   double gflops() const { return seconds > 0 ? flops / seconds * 1e-9 : 0; }
   double gbs() const { return seconds > 0 ? bytes / seconds * 1e-9 : 0; }
   double intensity() const { return bytes > 0 ? flops / bytes : 0; }
@@ -125,14 +126,25 @@ class Profiler {
   // resident between steps, so what decides the read roof of the phase's ops.
   double working_set_bytes(const std::string& phase) const;
   ReadRoof phase_roof(const std::string& phase) const { return read_roof_for(roofs_, working_set_bytes(phase)); }
-  // The per-op table: calls, total and mean time, share, GFLOP/s, GB/s, % of peak / of the phase's read roof, bound.
+  // An op's bandwidth roof: its resident bytes (activations made within the step) at the read roof of the level
+  // their size per call fits in, the rest (weights, the KV cache of earlier positions) at the phase's, and
+  // roof.gbs = bytes / the time both parts take at those rates; a part with no roof (L1) counts as free, which
+  // only loosens the bound. roof.level: the part that takes longer; name: "L2", or "L2+DRAM" when both count.
+  // Before, every op was set against the phase's roof: the norms of a prefill whose weights stream from DRAM
+  // came out above it, their rows being in L2.
+  struct OpRoof {
+    ReadRoof roof;
+    std::string name;
+  };
+  OpRoof op_roof(const std::string& phase, const OpStats& s) const;
+  // The per-op table: calls, total and mean time, share, GFLOP/s, GB/s, % of peak / of its op_roof, bound.
   std::string table(const std::string& phase) const;
   std::string json() const;          // every aggregate and the roofs, one JSON document
   std::string chrome_trace() const;  // trace-event JSON: opens in Perfetto / chrome://tracing
   std::string roofline_svg() const;  // the roofline: compute roof, bandwidth slope, one point per op and phase
 
   const MachineRoofs& roofs() const { return roofs_; }
-  // What limits the op, against `roof` (the phase's: phase_roof): "overhead" when it reaches under a tenth of
+  // What limits the op, against `roof` (its op_roof's, or the phase's: phase_roof): "overhead" when it reaches under a tenth of
   // what the roofline allows at its intensity (neither roof explains its time: call and thread overheads,
   // latency), else "compute" at or above the roof's ridge point, else "<level> bandwidth" ("L3 bandwidth"), or
   // "no L1 roof" when the level has no measured read roof.

@@ -324,6 +324,7 @@ std::vector<OpStats> Profiler::by_op(const std::string& phase) const {
     it->seconds += e.op.end_seconds - e.op.start_seconds;
     it->flops += e.op.flops;
     it->bytes += e.op.bytes;
+    it->resident_bytes += e.op.resident_bytes;
   }
   return out;
 }
@@ -341,6 +342,7 @@ std::vector<OpStats> Profiler::by_layer(const std::string& phase) const {
     s.seconds += e.op.end_seconds - e.op.start_seconds;
     s.flops += e.op.flops;
     s.bytes += e.op.bytes;
+    s.resident_bytes += e.op.resident_bytes;
   }
   std::vector<OpStats> out;
   for (auto& [k, v] : agg) out.push_back(v);
@@ -372,6 +374,21 @@ double Profiler::working_set_bytes(const std::string& phase) const {
   return bytes / static_cast<double>(std::max<size_t>(1, forwards));
 }
 
+Profiler::OpRoof Profiler::op_roof(const std::string& phase, const OpStats& s) const {
+  const ReadRoof streamed_roof = phase_roof(phase);
+  const double resident = std::clamp(s.resident_bytes, 0.0, s.bytes), streamed = s.bytes - resident;
+  if (resident <= 0 || s.calls == 0) return {streamed_roof, memory_level_name(streamed_roof.level)};
+  const ReadRoof resident_roof = read_roof_for(roofs_, resident / static_cast<double>(s.calls));
+  if (streamed <= 0 || resident_roof.level == streamed_roof.level)
+    return {resident_roof, memory_level_name(resident_roof.level)};
+  auto seconds_at = [](double bytes, const ReadRoof& r) { return r.gbs > 0 ? bytes / (r.gbs * 1e9) : 0.0; };
+  const double t_resident = seconds_at(resident, resident_roof), t_streamed = seconds_at(streamed, streamed_roof);
+  ReadRoof roof;
+  roof.level = t_resident > t_streamed ? resident_roof.level : streamed_roof.level;
+  roof.gbs = t_resident + t_streamed > 0 ? s.bytes / (t_resident + t_streamed) * 1e-9 : 0;
+  return {roof, std::string(memory_level_name(resident_roof.level)) + "+" + memory_level_name(streamed_roof.level)};
+}
+
 std::string Profiler::bound(const OpStats& s, const ReadRoof& roof) const {
   const std::string memory = std::string(memory_level_name(roof.level)) + " bandwidth";
   if (s.seconds <= 0) return "-";
@@ -400,27 +417,31 @@ std::string Profiler::table(const std::string& phase) const {
   const std::string level = memory_level_name(roof.level);
   std::ostringstream out;
   char line[320];
-  std::snprintf(line, sizeof line, "read roof: %s, %s (working set %.2f MiB per step)\n", level.c_str(),
-                roof.gbs > 0 ? (fmt("%.1f", roof.gbs) + " GB/s").c_str() : "not measured",
+  std::snprintf(line, sizeof line,
+                "read roof: %s, %s (working set %.2f MiB per step); an op's activations made in the step at the "
+                "roof of the level their size per call fits in (column roof)\n",
+                level.c_str(), roof.gbs > 0 ? (fmt("%.1f", roof.gbs) + " GB/s").c_str() : "not measured",
                 working_set_bytes(phase) / 1048576.0);
   out << line;
   // A share is printed only when it is at most 100%; above, the cell says the roof is wrong (share_of_roof).
   auto cell = [](const RoofShare& r) {
     return r.ok ? fmt("%.1f%%", r.percent) : std::string(r.text.rfind("above", 0) == 0 ? "roof?" : "-");
   };
-  std::snprintf(line, sizeof line, "%-11s %7s %10s %10s %6s %9s %8s %7s %7s %6s %s\n", "op", "calls", "total ms",
-                "mean us", "share", "GFLOP/s", "GB/s", "%peak", ("%" + level).c_str(), "F/B", "bound");
+  std::snprintf(line, sizeof line, "%-11s %7s %10s %10s %6s %9s %8s %7s %-7s %7s %6s %s\n", "op", "calls",
+                "total ms", "mean us", "share", "GFLOP/s", "GB/s", "%peak", "roof", "%roof", "F/B", "bound");
   out << line;
   std::vector<std::string> notes;
   for (const auto& s : ops) {
+    const OpRoof own = op_roof(phase, s);
     const RoofShare peak = share_of_roof(s.gflops(), roofs_.peak_gflops, "FMA peak");
-    const RoofShare bw = share_of_roof(s.gbs(), roof.gbs, level + " read");
+    const RoofShare bw = share_of_roof(s.gbs(), own.roof.gbs, own.name + " read");
     for (const RoofShare* r : {&peak, &bw})
-      if (!r->ok && roof.gbs > 0 && r->text.rfind("above", 0) == 0) notes.push_back(s.op + ": " + r->text);
-    std::snprintf(line, sizeof line, "%-11s %7zu %10.3f %10.1f %5.1f%% %9.1f %8.1f %7s %7s %6.1f %s\n",
+      if (!r->ok && own.roof.gbs > 0 && r->text.rfind("above", 0) == 0) notes.push_back(s.op + ": " + r->text);
+    std::snprintf(line, sizeof line, "%-11s %7zu %10.3f %10.1f %5.1f%% %9.1f %8.1f %7s %-7s %7s %6.1f %s\n",
                   s.op.c_str(), s.calls, s.seconds * 1e3, s.seconds / s.calls * 1e6,
                   total > 0 ? 100.0 * s.seconds / total : 0.0, s.gflops(), s.gbs(),
-                  s.flops > 0 ? cell(peak).c_str() : "-", cell(bw).c_str(), s.intensity(), bound(s, roof).c_str());
+                  s.flops > 0 ? cell(peak).c_str() : "-", own.name.c_str(), cell(bw).c_str(), s.intensity(),
+                  bound(s, own.roof).c_str());
     out << line;
   }
   std::snprintf(line, sizeof line, "%-11s %7s %10.3f\n", "total", "", total * 1e3);
@@ -447,14 +468,16 @@ std::string Profiler::json() const {
     p["read_roof"] = {{"level", level}, {"gbs", roof.gbs},
                       {"ridge_flops_per_byte", roof.ridge_point(roofs_.peak_gflops)}};
     auto row = [&](const OpStats& s) {
+      const OpRoof own = op_roof(phase, s);
       const RoofShare peak = share_of_roof(s.gflops(), roofs_.peak_gflops, "FMA peak");
-      const RoofShare bw = share_of_roof(s.gbs(), roof.gbs, level + " read");
+      const RoofShare bw = share_of_roof(s.gbs(), own.roof.gbs, own.name + " read");
       return nlohmann::json{{"op", s.op}, {"layer", s.layer}, {"calls", s.calls}, {"tokens", s.tokens},
                             {"seconds", s.seconds}, {"flops", s.flops}, {"bytes", s.bytes},
-                            {"gflops", s.gflops()}, {"gbs", s.gbs()},
+                            {"resident_bytes", s.resident_bytes}, {"gflops", s.gflops()}, {"gbs", s.gbs()},
+                            {"read_roof_level", own.name}, {"read_roof_gbs", own.roof.gbs},
                             {"pct_peak", share(peak)}, {"pct_read_roof", share(bw)},
                             {"read_roof_note", bw.text}, {"peak_note", peak.text},
-                            {"intensity", s.intensity()}, {"bound", bound(s, roof)}};
+                            {"intensity", s.intensity()}, {"bound", bound(s, own.roof)}};
     };
     for (const auto& s : by_op(phase)) p["ops"].push_back(row(s));
     for (const auto& s : by_layer(phase)) p["layers"].push_back(row(s));

@@ -16,6 +16,10 @@ struct OpEvent {
   double bytes;          // bytes read + written (weights, activations, cache)
   double start_seconds;  // steady clock
   double end_seconds;
+  // Of `bytes`, those of data the step made just before or makes now (the rows the op before wrote, the op's
+  // output): they come from the cache their size per call fits in. The rest (weights, embedding rows, the KV cache
+  // of earlier positions) streams from wherever the whole step's working set fits. 0: all of it streams.
+  double resident_bytes = 0;
 };
 using OpObserver = std::function<void(const OpEvent&)>;
 
