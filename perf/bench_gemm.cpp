@@ -154,17 +154,30 @@ std::string default_openblas_coretype() {
   }
 }
 
-// OpenBLAS reads OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE when it is loaded: unless they already are as wanted
-// (coretype set, or unset if empty; no L2 override), run this program again with them so (its own environment only).
+// OpenBLAS's idle threads spin for 2^OPENBLAS_THREAD_TIMEOUT cycles after a call before they sleep; unset, 2^28
+// (~0.1 s here). We wait for them before each sample (wait_for_idle_threads), but on a VM a vCPU that has just
+// spun 0.1 s is then slow to get the host's CPU back, so the next contender's second thread came late: on Zen 5
+// (2 vCPUs, 2026-12-04) with the default, our 2-thread GEMM ran at one thread's speed in most samples (27 of 42
+// shapes below 0.9x oneDNN), and oneDNN's 2-thread decode was 1.47x faster with 2^20. With 2^20 (~0.3 ms: still
+// spinning between back-to-back calls) every contender did as well or better, OpenBLAS included (its GFLOP/s
+// median 1.03x / 0.99x the default's for M > 1 at 1 / 2 threads, 1.11x / 1.23x for M = 1). A value already set is
+// kept.
+constexpr const char* kOpenblasThreadTimeout = "20";
+
+// OpenBLAS reads OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE / OPENBLAS_THREAD_TIMEOUT when it is loaded: unless they
+// already are as wanted (coretype set, or unset if empty; no L2 override; a timeout), run this program again with
+// them so (its own environment only).
 void reexec_for_openblas(const std::string& coretype, char** argv) {
   const char* have = std::getenv("OPENBLAS_CORETYPE");
   const bool coretype_ok = coretype.empty() ? have == nullptr : have != nullptr && coretype == have;
-  if (coretype_ok && std::getenv("OPENBLAS_L2_SIZE") == nullptr) return;
+  if (coretype_ok && std::getenv("OPENBLAS_L2_SIZE") == nullptr && std::getenv("OPENBLAS_THREAD_TIMEOUT") != nullptr)
+    return;
   if (coretype.empty())
     unsetenv("OPENBLAS_CORETYPE");
   else
     setenv("OPENBLAS_CORETYPE", coretype.c_str(), 1);
   unsetenv("OPENBLAS_L2_SIZE");
+  setenv("OPENBLAS_THREAD_TIMEOUT", kOpenblasThreadTimeout, 0);
   execv("/proc/self/exe", argv);
   throw Error(std::string("bench-gemm: cannot re-execute itself with OpenBLAS's environment set: ") +
               std::strerror(errno));
@@ -621,7 +634,9 @@ int main(int argc, char** argv) try {
         {"openblas", with_openblas ? "cblas_sgemv for M = 1, cblas_sgemm otherwise; OPENBLAS_CORETYPE set to the "
                                      "best ISA's kernels, OPENBLAS_L2_SIZE unset"
                                    : "not run (--no-openblas)"},
-        {"openblas_core", with_openblas ? std::string(openblas_get_corename()) : std::string("-")}}},
+        {"openblas_core", with_openblas ? std::string(openblas_get_corename()) : std::string("-")},
+        {"openblas_thread_timeout",
+         with_openblas && std::getenv("OPENBLAS_THREAD_TIMEOUT") ? std::getenv("OPENBLAS_THREAD_TIMEOUT") : "-"}}},
       {"results", nlohmann::json::array()}};
   Table table({"case", "thr", "sqrtdk GFLOP/s", "% peak", "GB/s", "% read roof", "oneDNN GFLOP/s", "x oneDNN",
                "OpenBLAS GFLOP/s", "x OpenBLAS"});
@@ -691,7 +706,9 @@ int main(int argc, char** argv) try {
     for (int t : args.threads)
       std::printf("  %d thread(s): FMA peak %.1f GFLOP/s; read DRAM %.1f, L3 %.1f, L2 %.1f GB/s\n", t,
                   roofs.at(t).peak_gflops, roofs.at(t).dram_gbs, roofs.at(t).l3_gbs, roofs.at(t).l2_gbs);
-    if (with_openblas) std::printf("OpenBLAS core: %s\n", openblas_get_corename());
+    if (with_openblas)
+      std::printf("OpenBLAS core: %s; OPENBLAS_THREAD_TIMEOUT %s (2^n cycles of idle spinning)\n",
+                  openblas_get_corename(), std::getenv("OPENBLAS_THREAD_TIMEOUT"));
     std::printf("%s", table.str().c_str());
   }
   return 0;
