@@ -632,7 +632,9 @@ int main(int argc, char** argv) try {
         {"onednn", "primitive per shape and thread count, weights reordered and memory objects made outside the "
                    "timed loop; only execute + wait timed"},
         {"openblas", with_openblas ? "cblas_sgemv for M = 1, cblas_sgemm otherwise; OPENBLAS_CORETYPE set to the "
-                                     "best ISA's kernels, OPENBLAS_L2_SIZE unset"
+                                     "best ISA's kernels, OPENBLAS_L2_SIZE unset, OPENBLAS_THREAD_TIMEOUT "
+                                     "20 unless set (idle spinning bounded to 2^20 cycles: bench_gemm.cpp "
+                                     "says why)"
                                    : "not run (--no-openblas)"},
         {"openblas_core", with_openblas ? std::string(openblas_get_corename()) : std::string("-")},
         {"openblas_thread_timeout",
