@@ -1,6 +1,8 @@
 // Path tables: lookup, the built-in rule, and the calibration that measures a table (attention_paths.h).
 #include "ops/attention/attention_paths.h"
 
+#include "ops/base/thread_pool.h"
+
 #include "ops/base/aligned_buffer.h"
 
 #include <sqrtdk/error.h>
@@ -129,6 +131,9 @@ double sample_seconds(Isa isa, const AttentionParams& p, AttentionWorkspace& ws,
     float* e = evict->data();
     const size_t n = evict->size();
     for (size_t i = 0; i < n; i += 16) e[i] = static_cast<float>(i);  // one store per 64-byte line
+    // The flush outlasted the helpers' spin: wake them untimed, as a forward pass's previous op would have, so
+    // the sample times the attention and not an idle vCPU's wake-up (which both paths paid, hiding their gap).
+    wake_pool_helpers(threads);
     const auto t0 = Clock::now();
     attention(isa, p, ws, threads, path);
     return std::chrono::duration<double>(Clock::now() - t0).count();

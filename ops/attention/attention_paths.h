@@ -46,7 +46,9 @@ inline constexpr size_t kChunkQueries = 512;  // the engine's default prefill ch
 //   3: the fused prefill takes its items kv-group-major (a group's K/V stay in L2 across its query blocks: on Zen 5
 //      fused became 1.04–1.13x faster than a revision-2 table had it on long non-causal prompts and chunks, and
 //      the engine took the slower path on 18 of 76 bench-attention rows).
-inline constexpr int kAttentionPathsRevision = 3;
+//   4: cold decode samples wake the pool's helpers (untimed) after the cache flush: before, at 2 threads every
+//      sample also timed an idle vCPU's wake-up (60–130 us against calls of 25–150 us), and the ratio leaned to 1.
+inline constexpr int kAttentionPathsRevision = 4;
 
 struct AttentionPathTable {
   size_t n_heads = 0, n_kv_heads = 0, head_dim = 0;  // the head configuration measured; other shapes: built-in

@@ -73,6 +73,14 @@ class ThreadPool {
 
   int helpers() const;  // helper threads started so far (they are started on demand, up to n_threads − 1)
 
+  // Returns once up to n_threads − 1 helpers are awake and running (each then spins for Options::spin before it
+  // sleeps again), or after `timeout`; the number that woke. For benchmarks that time one call right after
+  // something long that put the helpers to sleep (a cache flush): without it such a call also times the wake-up of
+  // an idle vCPU (60–130 us on the 2-vCPU VMs, as long as a decode attention call), which a forward pass, whose
+  // ops follow each other within the spin, does not pay.
+  // Untimed by design: it costs up to `timeout` when the pool is backing off (its jobs then run on the caller alone).
+  int wake_helpers(int n_threads, std::chrono::microseconds timeout = std::chrono::microseconds(2000));
+
  private:
   using Call = void (*)(void* ctx, size_t item, int worker);
   struct Helper;
@@ -112,6 +120,9 @@ class ThreadPool {
 // other's workers; and no pool is global mutable state. Two sessions used in turn by one thread share its pool,
 // which is safe because a thread runs one job at a time.
 ThreadPool& this_thread_pool();
+
+// ThreadPool::wake_helpers on the calling thread's pool (0 when n_threads ≤ 1).
+int wake_pool_helpers(int n_threads);
 
 // parallel_for on the calling thread's pool; runs inline (no pool touched) when n_threads ≤ 1 or n_items ≤ 1.
 template <class Fn>

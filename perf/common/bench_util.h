@@ -57,7 +57,10 @@ std::vector<double> interleaved_medians(const std::vector<std::function<void()>>
 
 // Median of `reps` single calls, each after 96 MiB (3× the L3) has been written: the data fn reads comes from DRAM,
 // as in a forward pass where the other layers' weights and K/V caches evict it between uses.
-double median_seconds_cold(const std::function<void()>& fn, int reps);
+// wake_threads > 1: after each flush, wakes the calling thread's sqrtdk pool helpers (untimed), since the flush
+// outlasts their spin and a cold call right after would also time an idle vCPU's wake-up, which a forward pass's
+// back-to-back ops do not pay (ops/base/thread_pool.h, wake_helpers). For contenders that run on our pool.
+double median_seconds_cold(const std::function<void()>& fn, int reps, int wake_threads = 0);
 
 double median(std::vector<double> v);
 

@@ -145,6 +145,34 @@ TEST_CASE("thread_pool: many small jobs back to back, spinning and sleeping help
   }
 }
 
+TEST_CASE("thread_pool: wake_helpers returns with the sleeping helpers awake, or at its timeout when they are held") {
+  // What the cold benchmarks rely on: after a pause longer than the spin the helpers sleep; wake_helpers must not
+  // return before each has started an item (a plain 2-item job could end on the caller alone, the helper still
+  // waking).
+  Gate gate;
+  std::atomic<bool> hold{false};
+  ThreadPool::Options options;
+  options.before_helper_claims = [&] {
+    if (hold.load()) gate.pass();
+  };
+  ThreadPool pool(options);
+  CHECK(pool.wake_helpers(1) == 0);
+  for (int threads : {2, 3}) {
+    CAPTURE(threads);
+    pool.parallel_for(threads, 64, [](size_t, int) {});  // starts the helpers
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // far past the 50 us spin: they sleep
+    CHECK(pool.wake_helpers(threads, std::chrono::seconds(10)) == threads - 1);
+  }
+  // Helpers that cannot run (held at the gate): it gives up at the timeout instead of hanging.
+  hold.store(true);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  const auto t0 = std::chrono::steady_clock::now();
+  CHECK(pool.wake_helpers(2, std::chrono::milliseconds(30)) == 0);
+  CHECK(std::chrono::steady_clock::now() - t0 >= std::chrono::milliseconds(30));
+  hold.store(false);
+  gate.open();
+}
+
 TEST_CASE("thread_pool: the caller finishes a job alone while its helpers are held back (busy machine)") {
   // On a busy machine a helper may not run for a whole scheduler time slice. The caller must not wait for it: it
   // claims every item itself and returns. Here the helpers are held at a gate as they wake, before they claim
