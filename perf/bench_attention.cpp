@@ -281,7 +281,8 @@ int main(int argc, char** argv) {
         auto unfused = [&] { ops::attention(isa, pr.p, ws_unfused, t, AttentionPath::unfused); };
         // Cold: the K/V cache comes from DRAM, as in a forward pass (each layer's cache and weights evict the
         // previous layer's). Warm: repeated on the same cache (L2/L3-resident when it fits).
-        const double s_fused = median_seconds_cold(fused, args.reps, t), s_unfused = median_seconds_cold(unfused, args.reps, t);
+        const std::vector<double> cold = interleaved_medians_cold({fused, unfused}, args.reps, t);
+        const double s_fused = cold[0], s_unfused = cold[1];
         const double w_fused = median_seconds(fused, args.reps), w_unfused = median_seconds(unfused, args.reps);
         const double gb = bytes / s_fused / 1e9, gbu = bytes / s_unfused / 1e9;
         const double wgb = bytes / w_fused / 1e9, wgbu = bytes / w_unfused / 1e9;

@@ -156,7 +156,8 @@ std::vector<double> interleaved_medians(const std::vector<std::function<void()>>
   return out;
 }
 
-double median_seconds_cold(const std::function<void()>& fn, int reps, int wake_threads) {
+std::vector<double> interleaved_medians_cold(const std::vector<std::function<void()>>& fns, int reps,
+                                             int wake_threads) {
   wait_for_idle_threads();
   // Written before each timed call: twice the L3 (at least 96 MiB: 3x a 32 MiB L3 when sysfs says nothing), so
   // nothing fn reads survives in any cache. 96 MiB fixed was a third of this VM's 300 MiB L3.
@@ -165,16 +166,26 @@ double median_seconds_cold(const std::function<void()>& fn, int reps, int wake_t
   auto flush = [] {
     for (size_t i = 0; i < evict.size(); i += 16) evict[i] = static_cast<float>(i);
   };
-  fn();  // warm-up: faults in buffers and starts the OpenMP pool
-  std::vector<double> samples;
+  for (const auto& fn : fns) fn();  // warm-up: faults in buffers and starts the thread pools
+  std::vector<std::vector<double>> samples(fns.size());
   for (int r = 0; r < reps; ++r) {
-    flush();
-    sqrtdk::wake_pool_helpers(wake_threads);  // untimed: the flush put our pool's helpers to sleep (header)
-    const double t0 = now_seconds();
-    fn();
-    samples.push_back(now_seconds() - t0);
+    // In turn, the first contender of each round rotating, so drift in the machine's load falls on all alike.
+    for (size_t k = 0; k < fns.size(); ++k) {
+      const size_t i = (k + static_cast<size_t>(r)) % fns.size();
+      flush();
+      sqrtdk::wake_pool_helpers(wake_threads);  // untimed: the flush put our pool's helpers to sleep (header)
+      const double t0 = now_seconds();
+      fns[i]();
+      samples[i].push_back(now_seconds() - t0);
+    }
   }
-  return median(samples);
+  std::vector<double> out;
+  for (auto& v : samples) out.push_back(median(v));
+  return out;
+}
+
+double median_seconds_cold(const std::function<void()>& fn, int reps, int wake_threads) {
+  return interleaved_medians_cold({fn}, reps, wake_threads)[0];
 }
 
 std::map<int, MachineRoofs> measure_roofs(Isa isa, const std::vector<int>& threads, bool smoke) {

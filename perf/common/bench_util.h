@@ -61,6 +61,10 @@ std::vector<double> interleaved_medians(const std::vector<std::function<void()>>
 // outlasts their spin and a cold call right after would also time an idle vCPU's wake-up, which a forward pass's
 // back-to-back ops do not pay (ops/base/thread_pool.h, wake_helpers). For contenders that run on our pool.
 double median_seconds_cold(const std::function<void()>& fn, int reps, int wake_threads = 0);
+// The same for several contenders, their cold samples taken in turn (as interleaved_medians; the order rotates
+// each round), so that a change in the machine's load falls on all alike.
+std::vector<double> interleaved_medians_cold(const std::vector<std::function<void()>>& fns, int reps,
+                                             int wake_threads = 0);
 
 double median(std::vector<double> v);
 
