@@ -274,17 +274,16 @@ void ThreadPool::helper_main(Helper& self, int worker) {
 
 int ThreadPool::wake_helpers(int n_threads, std::chrono::microseconds timeout) {
   if (n_threads <= 1) return 0;
-  // A job of n_threads items: the first item to start (the caller's, unless a helper beats it) waits until every
-  // participant has started one, or until the timeout; the others return at once. So the job ends with each
-  // helper that took part just past its item, spinning.
+  // A job of n_threads items, each waiting (below) until every helper has started one, or until the timeout.
+  // So the job ends with each helper that took part just past its item, spinning.
   const size_t n = static_cast<size_t>(n_threads);
-  std::atomic<size_t> started{0};
   std::atomic<int> helpers_in{0};
   const Clock::time_point deadline = Clock::now() + timeout;
   parallel_for(n_threads, n, [&](size_t, int worker) {
-    if (worker != 0) helpers_in.fetch_add(1, std::memory_order_relaxed);
-    if (started.fetch_add(1, std::memory_order_acq_rel) != 0) return;
-    while (started.load(std::memory_order_acquire) < n && Clock::now() < deadline) cpu_relax();
+    // Every item waits until the helpers have all arrived, so no participant takes a second item (a caller that
+    // did would end the job with a helper still waking).
+    if (worker != 0) helpers_in.fetch_add(1, std::memory_order_acq_rel);
+    while (helpers_in.load(std::memory_order_acquire) < n_threads - 1 && Clock::now() < deadline) cpu_relax();
   });
   return helpers_in.load(std::memory_order_relaxed);
 }
