@@ -1,9 +1,8 @@
 // Path tables: lookup, the built-in rule, and the calibration that measures a table (attention_paths.h).
 #include "ops/attention/attention_paths.h"
 
-#include "ops/base/thread_pool.h"
-
 #include "ops/base/aligned_buffer.h"
+#include "ops/base/thread_pool.h"
 
 #include <sqrtdk/error.h>
 

@@ -184,10 +184,6 @@ std::vector<double> interleaved_medians_cold(const std::vector<std::function<voi
   return out;
 }
 
-double median_seconds_cold(const std::function<void()>& fn, int reps, int wake_threads) {
-  return interleaved_medians_cold({fn}, reps, wake_threads)[0];
-}
-
 std::map<int, MachineRoofs> measure_roofs(Isa isa, const std::vector<int>& threads, bool smoke) {
   std::map<int, MachineRoofs> out;
   for (int t : threads) {

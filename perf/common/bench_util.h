@@ -55,14 +55,13 @@ double median_seconds(const std::function<void()>& fn, int reps, double min_seco
 // untimed call (it wakes the contender's own sleeping workers) and then repeats a call enough times to last ≥ 5 ms.
 std::vector<double> interleaved_medians(const std::vector<std::function<void()>>& fns, int reps);
 
-// Median of `reps` single calls, each after 96 MiB (3× the L3) has been written: the data fn reads comes from DRAM,
-// as in a forward pass where the other layers' weights and K/V caches evict it between uses.
+// Median seconds of single calls of each of fns, `reps` each, every call after 96 MiB (3× the L3) has been
+// written: the data fn reads comes from DRAM, as in a forward pass where the other layers' weights and K/V caches
+// evict it between uses. The contenders take their samples in turn (as interleaved_medians; the first of each round
+// rotates), so that a change in the machine's load falls on all alike.
 // wake_threads > 1: after each flush, wakes the calling thread's sqrtdk pool helpers (untimed), since the flush
 // outlasts their spin and a cold call right after would also time an idle vCPU's wake-up, which a forward pass's
 // back-to-back ops do not pay (ops/base/thread_pool.h, wake_helpers). For contenders that run on our pool.
-double median_seconds_cold(const std::function<void()>& fn, int reps, int wake_threads = 0);
-// The same for several contenders, their cold samples taken in turn (as interleaved_medians; the order rotates
-// each round), so that a change in the machine's load falls on all alike.
 std::vector<double> interleaved_medians_cold(const std::vector<std::function<void()>>& fns, int reps,
                                              int wake_threads = 0);
 
