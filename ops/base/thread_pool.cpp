@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <system_error>
 #include <thread>
+#include <vector>
 
 #include <sched.h>
 #include <unistd.h>
@@ -277,12 +278,16 @@ int ThreadPool::wake_helpers(int n_threads, std::chrono::microseconds timeout) {
   // A job of n_threads items, each waiting (below) until every helper has started one, or until the timeout.
   // So the job ends with each helper that took part just past its item, spinning.
   const size_t n = static_cast<size_t>(n_threads);
+  // Counts helpers, not helper items: a helper past its item may take the caller's item before the caller does (a
+  // descheduled caller), and a count of items would then report one helper more than there are.
+  std::vector<std::atomic<bool>> arrived(n);
   std::atomic<int> helpers_in{0};
   const Clock::time_point deadline = Clock::now() + timeout;
   parallel_for(n_threads, n, [&](size_t, int worker) {
-    // Every item waits until the helpers have all arrived, so no participant takes a second item (a caller that
-    // did would end the job with a helper still waking).
-    if (worker != 0) helpers_in.fetch_add(1, std::memory_order_acq_rel);
+    // Every item waits until the helpers have all arrived, so no participant takes a second item while a helper
+    // still wakes (a caller that did would end the job with that helper still waking).
+    if (worker != 0 && !arrived[static_cast<size_t>(worker)].exchange(true, std::memory_order_acq_rel))
+      helpers_in.fetch_add(1, std::memory_order_acq_rel);
     while (helpers_in.load(std::memory_order_acquire) < n_threads - 1 && Clock::now() < deadline) cpu_relax();
   });
   return helpers_in.load(std::memory_order_relaxed);

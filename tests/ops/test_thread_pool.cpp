@@ -163,6 +163,16 @@ TEST_CASE("thread_pool: wake_helpers returns with the sleeping helpers awake, or
     std::this_thread::sleep_for(std::chrono::milliseconds(20));  // far past the 50 us spin: they sleep
     CHECK(pool.wake_helpers(threads, std::chrono::seconds(10)) == threads - 1);
   }
+  // Back to back (helpers spinning, 3 threads on however few CPUs): a helper done with its item can take the
+  // caller's before the caller does; it must still be counted once (a count of helper items once returned 3 of 2,
+  // in CI). On a loaded machine the pool may back off (jobs on the caller alone, 0 woke): allowed, but not always.
+  int all_woke = 0;
+  for (int call = 0; call < 300; ++call) {
+    const int woke = pool.wake_helpers(3, std::chrono::seconds(10));
+    if (woke > 2) FAIL_CHECK("call " << call << ": " << woke << " helpers counted, there are 2");
+    all_woke += woke == 2;
+  }
+  CHECK(all_woke > 0);
   // Helpers that cannot run (held at the gate): it gives up at the timeout instead of hanging.
   hold.store(true);
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
