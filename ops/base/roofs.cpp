@@ -32,12 +32,14 @@ std::span<const ops::KernelEntry<RoofKernels>> roof_kernels() {
   static constexpr ops::KernelEntry<RoofKernels> table[] = {
       // 10 zmm FMAs of 16 lanes
       {Isa::avx512, "roofs_avx512",
-       {2.0 * 16 * 10, fma_loop_avx512, read_loop_avx512, read_write_loop_avx512, read2_write_loop_avx512}},
+       {2.0 * 16 * 10, fma_loop_avx512, read_loop_avx512, read_streams_loop_avx512, read_write_loop_avx512,
+        read2_write_loop_avx512}},
       // 10 ymm FMAs of 8 lanes
       {Isa::avx2, "roofs_avx2",
-       {2.0 * 8 * 10, fma_loop_avx2, read_loop_avx2, read_write_loop_avx2, read2_write_loop_avx2}},
+       {2.0 * 8 * 10, fma_loop_avx2, read_loop_avx2, read_streams_loop_avx2, read_write_loop_avx2, read2_write_loop_avx2}},
       // 8 scalar multiply-adds
-      {Isa::ref, "roofs_ref", {2.0 * 8, fma_loop_ref, read_loop_ref, read_write_loop_ref, read2_write_loop_ref}},
+      {Isa::ref, "roofs_ref",
+       {2.0 * 8, fma_loop_ref, read_loop_ref, read_streams_loop_ref, read_write_loop_ref, read2_write_loop_ref}},
   };
   return table;
 }
@@ -107,41 +109,92 @@ int access_touches(Access access) {
   return 1;
 }
 
-double measure_access_gbs(Access access, int n_threads, size_t bytes, int reps, int passes) {
-  const int n_arrays = access_arrays(access);
-  const size_t n = bytes / sizeof(float) / n_arrays;  // floats per array
-  AlignedBuffer<float> a(n), b(n_arrays > 1 ? n : 0), c(n_arrays > 2 ? n : 0);
-  // First touch outside the timed loop, by the threads that stream each share (the same static split as below).
+namespace {
+// The arrays of one access probe, first touched outside the timed loop by the threads that stream each share (the
+// same static split as time_access's).
+struct AccessArrays {
+  size_t n;  // floats per array
+  AlignedBuffer<float> a, b, c;
+  AccessArrays(Access access, int n_threads, size_t bytes)
+      : n(bytes / sizeof(float) / access_arrays(access)),
+        a(n),
+        b(access_arrays(access) > 1 ? n : 0),
+        c(access_arrays(access) > 2 ? n : 0) {
+    const int n_arrays = access_arrays(access);
 #pragma omp parallel for num_threads(n_threads) schedule(static)
-  for (size_t i = 0; i < n; ++i) {
-    a[i] = 1.0f;
-    if (n_arrays > 1) b[i] = 2.0f;
-    if (n_arrays > 2) c[i] = 3.0f;
+    for (size_t i = 0; i < n; ++i) {
+      a[i] = 1.0f;
+      if (n_arrays > 1) b[i] = 2.0f;
+      if (n_arrays > 2) c[i] = 3.0f;
+    }
   }
+};
+
+// Seconds of one timed run: each thread streams its own contiguous share `passes` times (a read in `read_streams`
+// parts side by side). `sink` keeps the sums alive; the writes need no such guard: they go through a table's pointer.
+double time_access(Access access, int n_threads, AccessArrays& arrays, int passes, int read_streams, float& sink) {
   const RoofKernels& kernels = ops::select_kernel(roof_kernels(), best_isa()).kernels;
-  double best = 1e30;
-  float sink = 0;
-  for (int rep = 0; rep < reps; ++rep) {
-    const double t0 = steady_seconds();
-#pragma omp parallel num_threads(n_threads) reduction(+ : sink)
-    {
-      const int t = omp_get_thread_num(), nt = omp_get_num_threads();
-      const size_t begin = n * t / nt, count = n * (t + 1) / nt - begin;
-      for (int pass = 0; pass < passes; ++pass) {
-        switch (access) {
-          case Access::read: sink += kernels.read_loop(a.data() + begin, count); break;
-          case Access::read_write_in_place: kernels.read_write_loop(a.data() + begin, a.data() + begin, count); break;
-          case Access::read_write: kernels.read_write_loop(a.data() + begin, b.data() + begin, count); break;
-          case Access::read2_write:
-            kernels.read2_write_loop(a.data() + begin, b.data() + begin, c.data() + begin, count);
-            break;
-        }
+  const size_t n = arrays.n;
+  float* a = arrays.a.data();
+  float* b = arrays.b.data();
+  float* c = arrays.c.data();
+  float sum = 0;
+  const double t0 = steady_seconds();
+#pragma omp parallel num_threads(n_threads) reduction(+ : sum)
+  {
+    const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+    const size_t begin = n * t / nt, count = n * (t + 1) / nt - begin;
+    for (int pass = 0; pass < passes; ++pass) {
+      switch (access) {
+        case Access::read:
+          sum += read_streams > 1 ? kernels.read_streams_loop(a + begin, count, read_streams)
+                                  : kernels.read_loop(a + begin, count);
+          break;
+        case Access::read_write_in_place: kernels.read_write_loop(a + begin, a + begin, count); break;
+        case Access::read_write: kernels.read_write_loop(a + begin, b + begin, count); break;
+        case Access::read2_write: kernels.read2_write_loop(a + begin, b + begin, c + begin, count); break;
       }
     }
-    best = std::min(best, steady_seconds() - t0);
   }
-  if (sink == 12345.0f) std::fputc(' ', stderr);  // the writes need no such guard: they go through a table's pointer
-  return static_cast<double>(n * sizeof(float)) * access_touches(access) * passes / best * 1e-9;
+  const double seconds = steady_seconds() - t0;
+  sink += sum;
+  return seconds;
+}
+
+double access_gbs(Access access, const AccessArrays& arrays, int passes, double seconds) {
+  return static_cast<double>(arrays.n * sizeof(float)) * access_touches(access) * passes / seconds * 1e-9;
+}
+}  // namespace
+
+double measure_access_gbs(Access access, int n_threads, size_t bytes, int reps, int passes) {
+  AccessArrays arrays(access, n_threads, bytes);
+  double best = 1e30;
+  float sink = 0;
+  for (int rep = 0; rep < reps; ++rep) best = std::min(best, time_access(access, n_threads, arrays, passes, 1, sink));
+  if (sink == 12345.0f) std::fputc(' ', stderr);  // keeps the sums alive
+  return access_gbs(access, arrays, passes, best);
+}
+
+double measure_dram_read_gbs(int n_threads, size_t bytes, int rounds) {
+  AccessArrays arrays(Access::read, n_threads, bytes);
+  double best = 1e30;
+  float sink = 0;
+  // Round by round, every stream count in turn, so drift in the machine's load falls on all alike.
+  for (int round = 0; round < rounds; ++round)
+    for (const int streams : kDramReadStreams)
+      best = std::min(best, time_access(Access::read, n_threads, arrays, 1, streams, sink));
+  if (sink == 12345.0f) std::fputc(' ', stderr);
+  return access_gbs(Access::read, arrays, 1, best);
+}
+
+double measure_read_streams_gbs(int n_threads, size_t bytes, int reps, int streams) {
+  AccessArrays arrays(Access::read, n_threads, bytes);
+  double best = 1e30;
+  float sink = 0;
+  for (int rep = 0; rep < reps; ++rep)
+    best = std::min(best, time_access(Access::read, n_threads, arrays, 1, streams, sink));
+  if (sink == 12345.0f) std::fputc(' ', stderr);
+  return access_gbs(Access::read, arrays, 1, best);
 }
 
 double measure_read_gbs(int n_threads, size_t bytes, int reps, int passes) {

@@ -37,6 +37,11 @@ inline constexpr double kVnniDotOpsPerIteration = 128.0 * 12;
 float read_loop_ref(const float* src, size_t n);
 float read_loop_avx2(const float* src, size_t n);
 float read_loop_avx512(const float* src, size_t n);
+// The same sum, read as `n_streams` (2, 4 or 8; any other count reads one stream, as read_loop) equal parts side
+// by side, a line or two of each per round: more streams for the prefetchers, the DRAM roof's other patterns.
+float read_streams_loop_ref(const float* src, size_t n, int n_streams);
+float read_streams_loop_avx2(const float* src, size_t n, int n_streams);
+float read_streams_loop_avx512(const float* src, size_t n, int n_streams);
 
 // dst[0, n) = -src[0, n) (in place when dst == src), and dst = a + b: the read-and-write patterns of the row ops,
 // with plain stores as theirs.
@@ -52,6 +57,7 @@ struct RoofKernels {
   double flops_per_iteration;
   float (*fma_loop)(long iterations);
   float (*read_loop)(const float* src, size_t n);
+  float (*read_streams_loop)(const float* src, size_t n, int n_streams);
   void (*read_write_loop)(const float* src, float* dst, size_t n);
   void (*read2_write_loop)(const float* a, const float* b, float* dst, size_t n);
 };
@@ -68,6 +74,15 @@ double measure_vnni_dot_gops(int n_threads, long iterations, int reps);
 // `reps` timed runs reads it `passes` times (passes > 1 for cache-resident arrays, too quick to time in one pass);
 // best of `reps`.
 double measure_read_gbs(int n_threads, size_t bytes, int reps, int passes = 1);
+
+// The DRAM read roof: read GB/s over a DRAM-sized `bytes` array, each thread's share read as 1, 2, 4 and 8 streams
+// side by side (kDramReadStreams, read_streams_loop), `rounds` runs of each, interleaved; the best run of any.
+// One stream is not the most the hardware reads: on the AMD EPYC Zen 5 VM (2026-12-05) one thread's single stream
+// read 32-36 GB/s while a cold decode attention (K and V of several heads at once) read 38-41, "above the roof".
+inline constexpr int kDramReadStreams[] = {1, 2, 4, 8};
+double measure_dram_read_gbs(int n_threads, size_t bytes, int rounds);
+// One stream count of it, best of `reps` (bench-machine's per-count rows).
+double measure_read_streams_gbs(int n_threads, size_t bytes, int reps, int streams);
 
 // How an op moves its data, for a bandwidth roof of the same mix of reads and writes. A read roof is not the roof
 // of an op that also writes: on the AMD EPYC Zen 5 VM (2026-12-04) one thread read DRAM at 42-47 GB/s, and

@@ -47,6 +47,38 @@ float read_loop_avx2(const float* src, size_t n) {
   return total;
 }
 
+// As read_streams_loop_avx512: `n_streams` parts side by side, two vectors (one line) of each per round, two
+// accumulators per stream (at most 16 ymm).
+namespace {
+template <int S>
+float read_streams_avx2(const float* src, size_t n) {
+  constexpr size_t kRound = 2 * 8;  // floats per stream per round
+  const size_t part = n / S / kRound * kRound;
+  __m256 acc[2 * S];
+  for (__m256& v : acc) v = _mm256_setzero_ps();
+  for (size_t i = 0; i < part; i += kRound)
+    for (int s = 0; s < S; ++s)
+      for (int g = 0; g < 2; ++g)
+        acc[2 * s + g] = _mm256_add_ps(acc[2 * s + g], _mm256_loadu_ps(src + s * part + i + g * 8));
+  __m256 sum = acc[0];
+  for (int j = 1; j < 2 * S; ++j) sum = _mm256_add_ps(sum, acc[j]);
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, sum);
+  float total = 0;
+  for (float v : lanes) total += v;
+  return total + read_loop_avx2(src + S * part, n - S * part);
+}
+}  // namespace
+
+float read_streams_loop_avx2(const float* src, size_t n, int n_streams) {
+  switch (n_streams) {
+    case 2: return read_streams_avx2<2>(src, n);
+    case 4: return read_streams_avx2<4>(src, n);
+    case 8: return read_streams_avx2<8>(src, n);
+    default: return read_loop_avx2(src, n);
+  }
+}
+
 // dst = -src, 4 vectors per round (an exact flip: repeated passes in place never drift into subnormals); in place
 // when dst == src. Plain stores, as the row ops': the roof of an op that writes what it read.
 void read_write_loop_avx2(const float* src, float* dst, size_t n) {

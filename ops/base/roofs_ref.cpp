@@ -23,6 +23,21 @@ float read_loop_ref(const float* src, size_t n) {
   return s[0] + s[1] + s[2] + s[3] + s[4] + s[5] + s[6] + s[7];
 }
 
+// As read_streams_loop_avx512, scalar: `n_streams` parts side by side, 16 floats (one line) of each per round into
+// that stream's accumulator, then what the parts leave.
+float read_streams_loop_ref(const float* src, size_t n, int n_streams) {
+  if (n_streams < 2 || n_streams > 8) return read_loop_ref(src, n);
+  constexpr size_t kRound = 16;
+  const size_t streams = static_cast<size_t>(n_streams), part = n / streams / kRound * kRound;
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  for (size_t i = 0; i < part; i += kRound)
+    for (size_t s = 0; s < streams; ++s)
+      for (size_t j = 0; j < kRound; ++j) acc[s] += src[s * part + i + j];
+  float total = 0;
+  for (float v : acc) total += v;
+  return total + read_loop_ref(src + streams * part, n - streams * part);
+}
+
 // Element by element, as the reference row ops run. Negation, not a copy: GCC turns a copy loop into memcpy, whose
 // large copies use non-temporal stores, another access pattern than the ops'.
 void read_write_loop_ref(const float* src, float* dst, size_t n) {

@@ -261,6 +261,8 @@ double measure_access_roof_at(roofs::Access access, int n_threads, double workin
   const bool beyond_caches = bytes >= (size_t{64} << 20);
   const int passes = beyond_caches ? 1 : roofs::read_probe_passes(bytes);
   const int reps = smoke ? 3 : beyond_caches ? static_cast<int>(std::max<size_t>(3, (size_t{4} << 30) / bytes)) : 15;
+  if (access == roofs::Access::read && beyond_caches)  // as the DRAM read roof: every stream count
+    return roofs::measure_dram_read_gbs(n_threads, bytes, smoke ? 1 : std::max(2, reps / 2));
   return roofs::measure_access_gbs(access, n_threads, bytes, reps, passes);
 }
 

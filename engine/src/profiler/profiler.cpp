@@ -64,9 +64,12 @@ MachineRoofs measure_machine_roofs(Isa isa, int n_threads, bool quick) {
   // The DRAM probe is twice the L3 (the 256 MiB it used to be is inside this VM's 300 MiB L3). Best of as many runs
   // as stream 4 GiB in all (16 of 256 MiB, 4 of 1 GiB): best of 3 of 256 MiB read 42-44 / 45-50 GB/s at 1 / 2
   // threads where best of 15 read 44-46 / 50-51 (Zen 5 VM, 2026-12-03), and decode then measured above the roof.
+  // Each of those runs now reads one of kDramReadStreams patterns in turn (1, 2, 4, 8 streams per thread), at least
+  // two runs of each (8 GiB at 1 GiB): a single stream read 32-36 GB/s on one Zen 5 thread where a decode
+  // attention read 38-41 (2026-12-05).
   const size_t dram = quick ? size_t{64} << 20 : roofs::dram_probe_bytes(caches);
-  const int reps = quick ? 1 : static_cast<int>(std::max<size_t>(3, (size_t{4} << 30) / dram));
-  r.dram_gbs = roofs::measure_read_gbs(n_threads, dram, reps);
+  const int rounds = quick ? 1 : static_cast<int>(std::max<size_t>(2, (size_t{2} << 30) / dram));
+  r.dram_gbs = roofs::measure_dram_read_gbs(n_threads, dram, rounds);
   // The cache probes' runs are a few ms each: many of them, so the best is one no other process interrupted.
   const int cache_reps = quick ? 1 : 15;
   if (caches.l3 == 0 && !quick) {
