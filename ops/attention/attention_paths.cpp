@@ -190,7 +190,12 @@ AttentionPathTable calibrate_attention_paths(Isa isa, size_t n_heads, size_t n_k
         attention(isa, pr.p, ws_unfused, t, AttentionPath::unfused);
         const double call = std::max(sample_seconds(isa, pr.p, ws_fused, t, AttentionPath::fused, nullptr),
                                      sample_seconds(isa, pr.p, ws_unfused, t, AttentionPath::unfused, nullptr));
-        const int reps = std::clamp(static_cast<int>(0.1 / call) + 1, std::min(3, options.reps), options.reps);
+        // A cold decode sample is one call of 40-600 us after a flush, its noise a tenth of it: three times the
+        // samples. With reps 5, 12x64 heads at 512 keys chose fused (0.93) in one run and unfused (1.10) in the next,
+        // 1 thread, AMD EPYC Zen 5 VM, 2026-12-06. They cost a flush each (~5 ms), about 2 s in all.
+        const int reps = cold != nullptr ? 3 * options.reps
+                                         : std::clamp(static_cast<int>(0.1 / call) + 1, std::min(3, options.reps),
+                                                      options.reps);
         std::vector<double> fused, unfused;
         auto take_samples = [&](int count) {
           for (int r = 0; r < count; ++r) {

@@ -79,7 +79,8 @@ struct AttentionCalibration {
   std::vector<int> threads = {1};  // thread counts to measure at (the ratio is their geometric mean)
   int reps = 5;                    // timed samples per path and point, interleaved; the median is kept. Points whose
                                    // call takes longer than 0.1 s take fewer, at least min(3, reps); a point whose
-                                   // two paths come within 5% of each other takes as many again
+                                   // two paths come within 5% of each other takes as many again; cold decode
+                                   // points take three times as many (one short call each: noisier)
   // Points costlier than this many FLOPs per call are not measured (a shape beyond takes the nearest measured
   // point): about 1 s per call at 1 thread on the machines we have seen.
   double max_flops_per_call = 80e9;
