@@ -73,6 +73,36 @@ TEST_CASE("roofs cache: the dot-product peaks must agree too, and a machine with
   CHECK(roofs_noise(a, b, 0.1, 2, 2).find("(int8 peak)") != std::string::npos);
 }
 
+TEST_CASE("roofs: better_roofs keeps the higher of every figure, and the smaller of two L3s found by reading") {
+  // A roof is an upper bound: of two readings (sqrtdk bench's before and after its runs), the lower one is the one
+  // something interrupted, whichever figure it is.
+  MachineRoofs a = given_roofs(400, 51), b = given_roofs(380, 75);
+  a.bf16_peak_gflops = 700, b.bf16_peak_gflops = 780;
+  a.int8_peak_gops = 1700, b.int8_peak_gops = 1600;
+  a.l2_gbs = 300, b.l2_gbs = 330;
+  a.l3_gbs = 190, b.l3_gbs = 150;
+  a.l1d_bytes = b.l1d_bytes = 48 << 10, a.l2_bytes = b.l2_bytes = 1 << 20, a.l3_bytes = b.l3_bytes = 32 << 20;
+  a.source = "first";
+  b.source = "second";
+  const MachineRoofs best = better_roofs(a, b);
+  CHECK(best.peak_gflops == 400);
+  CHECK(best.dram_gbs == 75);
+  CHECK(best.bf16_peak_gflops == 780);
+  CHECK(best.int8_peak_gops == 1700);
+  CHECK(best.l2_gbs == 330);
+  CHECK(best.l3_gbs == 190);
+  CHECK(best.l3_bytes == size_t{32} << 20);
+  CHECK(best.source == "first");
+  CHECK(better_roofs(b, a).dram_gbs == 75);  // symmetric in the figures
+  // Two reading sweeps that found different L3s: the smaller, with its own roof (not the other size's higher one).
+  b.l3_bytes = 16 << 20, b.l3_found_by_reading = true;
+  const MachineRoofs found = better_roofs(a, b);
+  CHECK(found.l3_bytes == size_t{16} << 20);
+  CHECK(found.l3_found_by_reading);
+  CHECK(found.l3_gbs == 150);
+  CHECK(better_roofs(b, a).l3_bytes == size_t{16} << 20);
+}
+
 TEST_CASE("roofs: the dot-product peaks are measured exactly at the ISA levels that have them") {
   for (Isa isa : supported_isas()) {
     CAPTURE(isa_name(isa));

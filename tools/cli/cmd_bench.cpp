@@ -179,17 +179,23 @@ void run(const BenchArgs& a) {
     Session session(model, so);
     kv_bytes = session.kv_cache_bytes();
     scratch_bytes = session.scratch_bytes();
-    // Measured in this run by default (~0.5 s), so the % of roofline compares figures taken under the same
-    // conditions; --cached-roofs reuses the per-machine cache instead.
-    // The DRAM probe reads a 256 MiB buffer: keep it out of the reported peak RSS (the peak so far is kept, the
+    // Measured in this run by default (~1 s each), just before and just after this thread count's runs, keeping
+    // the higher of each figure, so the % of roofline compares figures taken under the same conditions: one
+    // measurement before the runs read the 2-thread DRAM roof at 51 GB/s where bench-machine read 75 a minute
+    // later, and decode then ran above it (Zen 5 VM, 2026-12-06). --cached-roofs reuses the per-machine cache.
+    // The DRAM probe reads up to 1 GiB: keep it out of the reported peak RSS (the peak so far is kept, the
     // kernel's counter restarts after the probe).
-    peak_before_roofs = std::max(peak_before_roofs, peak_rss_bytes());
-    const MachineRoofs roofs = a.cached_roofs ? cached_machine_roofs(model->isa(), static_cast<int>(t))
-                                              : measure_machine_roofs(model->isa(), static_cast<int>(t));
-    if (!reset_peak_rss()) peak_before_roofs = 0;  // cannot reset: report the plain peak
+    auto measure_roofs = [&] {
+      peak_before_roofs = std::max(peak_before_roofs, peak_rss_bytes());
+      const MachineRoofs measured = a.cached_roofs ? cached_machine_roofs(model->isa(), static_cast<int>(t))
+                                                   : measure_machine_roofs(model->isa(), static_cast<int>(t));
+      if (!reset_peak_rss()) peak_before_roofs = 0;  // cannot reset: report the plain peak
+      return measured;
+    };
+    MachineRoofs roofs = measure_roofs();
     Row row;
     row.threads = static_cast<int>(t);
-    row.roofs = roofs;
+    std::vector<double> prefill_flops;  // per prefill length: its share of the roof is taken after the runs
     for (uint32_t n : prefill_list) {
       std::vector<double> tps;
       for (int r = 0; r <= a.reps; ++r) {  // rep 0 is the warm-up
@@ -202,9 +208,8 @@ void run(const BenchArgs& a) {
       double flops = 0;
       for (size_t p = 0; p < n; ++p) flops += flops_per_token(c, p);
       flops -= (n - 1) * lm_head_flops(c);  // logits of the last position only
-      const double roof_tps = compute_roof_tps(roofs, n, flops);
+      prefill_flops.push_back(flops);
       row.prefill.emplace_back(n, median(tps));
-      row.prefill_share.push_back(share_of_roof(median(tps), roof_tps, compute_roof_name));
     }
     std::vector<double> tps, tps_profiled;
     auto decode_run = [&](Profiler* prof) {
@@ -229,6 +234,12 @@ void run(const BenchArgs& a) {
       progress.update(++step);
     }
     if (a.profiler_overhead) row.decode_tps_profiled = median(tps_profiled);
+    if (!a.cached_roofs) roofs = better_roofs(roofs, measure_roofs());
+    row.roofs = roofs;
+    for (size_t i = 0; i < row.prefill.size(); ++i)
+      row.prefill_share.push_back(share_of_roof(row.prefill[i].second,
+                                                compute_roof_tps(roofs, row.prefill[i].first, prefill_flops[i]),
+                                                compute_roof_name));
     // Each decode step re-reads all it touched the step before: the bytes per token are the working set, and the
     // level they fit in is where decode reads from (a model that fits in L3 decodes from L3, not DRAM).
     row.decode_tps = median(tps);
@@ -260,10 +271,12 @@ void run(const BenchArgs& a) {
   const double rss_mb = std::max(peak_before_roofs, peak_rss_bytes()) / 1048576.0;
   const double model_mb = weight_bytes / 1048576.0, kv_mb = kv_bytes / 1048576.0, scratch_mb = scratch_bytes / 1048576.0;
 
-  const std::string timing = "wall-clock median of " + std::to_string(a.reps) +
-                             " runs after one warm-up run; warm caches (the weights stay in whatever cache holds "
-                             "them between runs); roofs " + (a.cached_roofs ? "from the per-machine cache" :
-                                                             "measured in this run") + ", per thread count";
+  const std::string timing =
+      "wall-clock median of " + std::to_string(a.reps) +
+      " runs after one warm-up run; warm caches (the weights stay in whatever cache holds them between runs); roofs " +
+      (a.cached_roofs ? "from the per-machine cache"
+                      : "measured in this run, before and after each thread count's runs, the higher of each kept") +
+      ", per thread count";
   std::vector<MachineRoofs> all_roofs;
   for (const Row& r : rows) all_roofs.push_back(r.roofs);
   if (a.json) {

@@ -48,6 +48,9 @@ struct MachineRoofs {
 // the machine reports no L3, reads of 4x the L2s up to 128 MiB first, to find one).
 // quick: a few milliseconds for smoke runs (CI), figures too rough to be roofs (`source` says so).
 MachineRoofs measure_machine_roofs(Isa isa, int n_threads, bool quick = false);
+// Each roof the higher of a's and b's (a roof is an upper bound: the lower reading is one something interrupted); an
+// L3 the two found by reading at different sizes is the smaller, with its roof. Cache sizes and `source` are a's.
+MachineRoofs better_roofs(const MachineRoofs& a, const MachineRoofs& b);
 // Sets roofs' l1d_bytes, l2_bytes and l3_bytes from sysfs (cpu0), else CPUID (0 where neither reports). For roofs
 // given by hand.
 void detect_cache_sizes(MachineRoofs& roofs);

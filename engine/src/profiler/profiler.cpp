@@ -197,6 +197,26 @@ double load_average_1min() {  // -1 if unknown
 
 }  // namespace
 
+MachineRoofs better_roofs(const MachineRoofs& a, const MachineRoofs& b) {
+  MachineRoofs r = a;
+  if (a.l3_bytes != b.l3_bytes) {
+    // Two reading sweeps that found different L3s: the smaller, with its roof.
+    if (b.l3_bytes < a.l3_bytes) {
+      r.l3_bytes = b.l3_bytes;
+      r.l3_found_by_reading = b.l3_found_by_reading;
+      r.l3_gbs = b.l3_gbs;
+    }
+  } else {
+    r.l3_gbs = std::max(a.l3_gbs, b.l3_gbs);
+  }
+  r.peak_gflops = std::max(a.peak_gflops, b.peak_gflops);
+  r.bf16_peak_gflops = std::max(a.bf16_peak_gflops, b.bf16_peak_gflops);
+  r.int8_peak_gops = std::max(a.int8_peak_gops, b.int8_peak_gops);
+  r.dram_gbs = std::max(a.dram_gbs, b.dram_gbs);
+  r.l2_gbs = std::max(a.l2_gbs, b.l2_gbs);
+  return r;
+}
+
 MachineRoofs cached_machine_roofs(Isa isa, int n_threads, const std::function<void()>& before_measuring) {
   namespace fs = std::filesystem;
   const fs::path dir = machine_cache::folder();
@@ -250,24 +270,10 @@ MachineRoofs cached_machine_roofs(Isa isa, int n_threads, const std::function<vo
   MachineRoofs again = measure_machine_roofs(isa, n_threads);
   const int n_cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
   std::string noise = profiler_detail::roofs_noise(r, again, load_average, n_cores, n_threads);
-  if (r.l3_bytes != again.l3_bytes) {
-    // Two reading sweeps that found different L3s: keep the smaller, with its roof, and do not cache.
-    if (noise.empty())
-      noise = "the L3 found by reading was " + std::to_string(r.l3_bytes >> 20) + " MiB, then " +
-              std::to_string(again.l3_bytes >> 20) + " MiB";
-    if (again.l3_bytes < r.l3_bytes) {
-      r.l3_bytes = again.l3_bytes;
-      r.l3_found_by_reading = again.l3_found_by_reading;
-      r.l3_gbs = again.l3_gbs;
-    }
-  } else {
-    r.l3_gbs = std::max(r.l3_gbs, again.l3_gbs);  // the same L3 read twice: the better read, as for every roof
-  }
-  r.peak_gflops = std::max(r.peak_gflops, again.peak_gflops);
-  r.bf16_peak_gflops = std::max(r.bf16_peak_gflops, again.bf16_peak_gflops);
-  r.int8_peak_gops = std::max(r.int8_peak_gops, again.int8_peak_gops);
-  r.dram_gbs = std::max(r.dram_gbs, again.dram_gbs);
-  r.l2_gbs = std::max(r.l2_gbs, again.l2_gbs);
+  if (r.l3_bytes != again.l3_bytes && noise.empty())  // two reading sweeps that found different L3s: do not cache
+    noise = "the L3 found by reading was " + std::to_string(r.l3_bytes >> 20) + " MiB, then " +
+            std::to_string(again.l3_bytes >> 20) + " MiB";
+  r = better_roofs(r, again);
   if (!noise.empty()) {
     r.source = "measured (not cached: " + noise + ")";
     return r;
