@@ -2,7 +2,8 @@
 // with the machine's FMA peak and DRAM read bandwidth measured in that run too.
 //
 // Cases (M × N × K, weights [N, K]): decode 1 × {768, 2048, 3072, 32000} × {768, 2048, 3072}; small batch
-// 4 × 3072 × 768; prefill {32, 128, 512} × {768, 2048, 3072} × {768, 2048, 3072}; lm-head 128 × 32000 × 768;
+// 4 × 3072 × 768; prefill {32, 128, 512} × {768, 2048, 3072} × {768, 2048, 3072} and the fused QKV of a 768-wide
+// model, {32, 128, 512} × 2304 × 768 (a panel count, 36, that no power-of-two split divides); lm-head 128 × 32000 × 768;
 // square 2048³. Reports GFLOP/s, % of the FMA peak (M > 1) or GB/s of weights streamed and % of the read bandwidth
 // (M = 1), and the ratios ours / oneDNN and ours / OpenBLAS, at each thread count, medians of --reps runs.
 //
@@ -111,6 +112,7 @@ std::vector<Case> make_cases(bool smoke, bool quick, bool typed, const std::stri
     for (size_t M : {32, 128, 512})
       for (size_t N : {768, 2048, 3072})
         for (size_t K : {768, 2048, 3072}) all.push_back({"prefill", M, N, K});
+    for (size_t M : {32, 128, 512}) all.push_back({"prefill", M, 2304, 768});  // the 134M Llama's QKV
     all.push_back({"lm-head", 128, 32000, 768});
     all.push_back({"square", 2048, 2048, 2048});
   }

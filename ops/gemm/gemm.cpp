@@ -24,6 +24,7 @@
 #include <cstring>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace sqrtdk::ops {
 
@@ -114,34 +115,64 @@ constexpr size_t kTargetItems = 16;
 // The items of one call: a grid of row blocks × column blocks on the kernel's tile grid (multiples of mr rows and
 // nr columns), so every element is computed by the same kernel in the same K order whichever item holds it. The
 // grid depends on the shape and the ISA's block sizes only, never on the thread count.
+//
+// Blocks are split evenly (split_range: sizes differ by at most one tile or panel), and the column block count is
+// chosen so that every column block has the same width and the item count is even where a count near the target
+// allows it: the participants claim from both ends (thread_pool.h), so a job ends when their claims meet, and one
+// thread idles for as long as the other's last item runs past that point. With items of equal size and an even
+// count, two threads that start together finish together. Before: the 134M Llama's QKV at T = 128 (N = 2304, 36
+// panels) was cut into column blocks of 5 panels, the last of 1 (16 items: 14 of 5 units and 2 of 1), so one thread
+// ran 37 units where 36 were its share, and that GEMM scaled 1.83x from one thread to two where the others did
+// 1.87–1.93 (Zen 5, 2026-12-06); now 9 blocks of 4 panels (18 items).
 struct ItemGrid {
-  size_t rows_per, cols_per;  // rows and columns of an item (the last ones shorter)
-  size_t n_mb, n_nb;          // row blocks, column blocks
+  size_t n_mb, n_nb;  // row blocks, column blocks
+  size_t granule_m, granule_n;  // rows and columns are split in whole tiles (mr) and panels (nr)
   size_t count() const { return n_mb * n_nb; }
+  Range rows(size_t M, size_t mb) const { return split_range(M, n_mb, mb, granule_m); }
+  Range cols(size_t N, size_t nb) const { return split_range(N, n_nb, nb, granule_n); }
 };
 
 size_t ceil_div(size_t a, size_t b) { return (a + b - 1) / b; }
 size_t round_up(size_t a, size_t b) { return ceil_div(a, b) * b; }
 
+// The column block count for n_panels panels near n_panels / target_panels, each block between min_panels and
+// max_panels wide: equal widths first, then an even item count (n_mb × count), then the nearest to the target.
+size_t column_blocks(size_t n_panels, size_t n_mb, size_t target_panels, size_t min_panels, size_t max_panels) {
+  const size_t target = ceil_div(n_panels, target_panels);
+  const size_t lo = std::max({size_t{1}, ceil_div(n_panels, max_panels), target * 2 / 3});
+  const size_t hi = std::max(lo, std::min({n_panels / std::max<size_t>(1, min_panels), target * 3 / 2, n_panels}));
+  size_t best = std::clamp(target, lo, hi);
+  double best_score = 1e30;
+  for (size_t n_nb = lo; n_nb <= hi; ++n_nb) {
+    const bool equal = n_panels % n_nb == 0, even = (n_mb * n_nb) % 2 == 0;
+    const double distance = std::abs(std::log(static_cast<double>(n_nb) / static_cast<double>(target)));
+    const double score = (equal ? 0.0 : 4.0) + (even ? 0.0 : 2.0) + distance;
+    if (score < best_score) best_score = score, best = n_nb;
+  }
+  return best;
+}
+
 ItemGrid item_grid(size_t M, size_t N, size_t K, const BlockSizes& bs) {
   ItemGrid g{};
+  g.granule_m = bs.mr;
+  g.granule_n = bs.nr;
+  const size_t n_panels = ceil_div(N, bs.nr);
   if (M <= kSmallM) {
     // Decode and small batches: columns only (every item all M rows), whole panels, each panel streamed once.
-    g.rows_per = M;
-    g.cols_per = round_up(std::max<size_t>(1, kMinItemMacs / (M * K)), bs.nr);
+    g.n_mb = 1;
+    g.n_nb = ceil_div(n_panels, ceil_div(std::max<size_t>(1, kMinItemMacs / (M * K)), bs.nr));
   } else {
-    // Row blocks of at most mc rows (mc × kc of A stays in L2), balanced and rounded to mr; then column blocks of
-    // at most nc (the block's partial sums stay in L2 across K slices), narrower until there are kTargetItems.
-    const size_t mc = std::max<size_t>(bs.mc, kSmallM);  // the reference's block sizes are all 1
-    g.rows_per = round_up(ceil_div(M, ceil_div(M, mc)), bs.mr);
-    const size_t n_mb = ceil_div(M, g.rows_per), n_panels = ceil_div(N, bs.nr);
+    // Row blocks of at most mc rows (mc × kc of A stays in L2); then column blocks of at most nc (the block's
+    // partial sums stay in L2 across K slices), narrower until there are about kTargetItems.
+    const size_t mc = std::max(bs.mc, kSmallM);  // the reference's block sizes are all 1
+    g.n_mb = ceil_div(M, mc);
+    const size_t rows_per = round_up(ceil_div(M, g.n_mb), bs.mr);
     const size_t max_panels = std::max<size_t>(1, bs.nc / bs.nr);
-    size_t panels = std::clamp<size_t>(ceil_div(n_panels * n_mb, kTargetItems), 1, max_panels);
-    panels = std::max(panels, ceil_div(kMinItemMacs, g.rows_per * K * bs.nr));
-    g.cols_per = panels * bs.nr;
+    const size_t min_panels = ceil_div(kMinItemMacs, rows_per * K * bs.nr);
+    const size_t target_panels =
+        std::max(std::clamp<size_t>(ceil_div(n_panels * g.n_mb, kTargetItems), 1, max_panels), min_panels);
+    g.n_nb = column_blocks(n_panels, g.n_mb, target_panels, min_panels, max_panels);
   }
-  g.n_mb = ceil_div(M, g.rows_per);
-  g.n_nb = ceil_div(N, g.cols_per);
   return g;
 }
 
@@ -167,11 +198,11 @@ void run_blocked(const Kern& kern, Call call, int n_threads, const BlockSizes& b
   // same end call after call, and reuses a column block from its own L2 across the block's rows. Measured against a
   // shared front-to-back counter (where the two threads read the same block at once), Zen 5, 2 threads, 2026-12-02,
   // interleaved: prefill 6 of 6 runs faster at T = 32 and 128 (+4% / +7% median), decode 4 of 4 (+13%).
-  parallel_for(threads, grid.count(), [&](size_t item, int) {
+  parallel_for(threads, grid.count(), [&](size_t item, int worker) {
     static thread_local AlignedBuffer<float> multiply_copy, residual_copy;
     const size_t mb = item % grid.n_mb, nb = item / grid.n_mb;
-    const Range mr = chunk_range(call.M, grid.rows_per, mb);
-    const Range nr = chunk_range(call.N, grid.cols_per, nb);
+    const Range mr = grid.rows(call.M, mb);
+    const Range nr = grid.cols(call.N, nb);
     Call local = call;
     const size_t rows_t = mr.end - mr.begin, cols_t = nr.end - nr.begin;
     auto copy_region = [&](AlignedBuffer<float>& buf, const float* p, size_t ld, const float*& out_p,
@@ -190,6 +221,12 @@ void run_blocked(const Kern& kern, Call call, int n_threads, const BlockSizes& b
     if (copy_residual)
       copy_region(residual_copy, call.residual, call.ld_residual, local.residual, local.ld_residual,
                   local.residual_m0, local.residual_n0);
+    // The item this participant most likely claims next: the caller claims upward, the helpers downward
+    // (thread_pool.h). Its weights are prefetched while this item's last panel is computed; without it each item's
+    // first panel came cold from DRAM with nothing to hide the misses (at T = 32 an item is 1–3 panels).
+    const size_t next_item = worker == 0 ? item + 1 : item - 1;  // item 0's helper: wraps past count, no prefetch
+    if (next_item < grid.count() && next_item / grid.n_mb != nb && call.panels != nullptr)
+      local.next_item_panel = call.panels + grid.cols(call.N, next_item / grid.n_mb).begin * call.K;
     // No barrier between the copies and the kernels: an item's copy reads only the elements that item writes.
     kern.region(local, mr.begin, mr.end, nr.begin, nr.end);
   });
@@ -226,6 +263,16 @@ std::span<const KernelEntry<GemmKernels>> gemm_detail::gemm_kernels() {
        {{1, 1, 1, 1, 1}, gemm_detail::gemm_region_ref, gemm_detail::pack_panels_ref, gemm_detail::gemm_direct_ref}},
   };
   return table;
+}
+
+std::vector<gemm_detail::WorkItem> gemm_detail::work_items(size_t M, size_t N, size_t K, const BlockSizes& bs) {
+  const ItemGrid grid = item_grid(M, N, K, bs);
+  std::vector<WorkItem> items;
+  for (size_t item = 0; item < grid.count(); ++item) {
+    const Range mr = grid.rows(M, item % grid.n_mb), nr = grid.cols(N, item / grid.n_mb);
+    items.push_back({mr.begin, mr.end, nr.begin, nr.end});
+  }
+  return items;
 }
 
 GemmBlocking gemm_blocking(Isa isa) {

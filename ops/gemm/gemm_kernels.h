@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <span>
+#include <vector>
 
 namespace sqrtdk::ops::gemm_detail {
 
@@ -43,6 +44,9 @@ struct GemmCall {
   // The f32 kernels' block sizes for this call (run_blocked sets it: the table's, or a sweep's). The bf16/q8
   // kernels use their own constants.
   const BlockSizes* blocks = nullptr;
+  // f32 blocked path: the first panel of the item this participant will most likely run next (null: none known).
+  // The region prefetches its first K slice while computing its own last panel, as it does between its own panels.
+  const float* next_item_panel = nullptr;
 };
 
 // The K slice the blocked path uses for this M: the whole K when one row block covers M (small M streams
@@ -69,6 +73,13 @@ struct GemmKernels {
 
 // Best ISA first, the reference last (kernel_table.h).
 std::span<const KernelEntry<GemmKernels>> gemm_kernels();
+
+// The work items gemm() cuts a call into (gemm.cpp, item_grid), in item order (the caller claims from the first,
+// helpers from the last): dst rows [m0, m1) × columns [n0, n1). For the tests of the split.
+struct WorkItem {
+  size_t m0, m1, n0, n1;
+};
+std::vector<WorkItem> work_items(size_t M, size_t N, size_t K, const BlockSizes& bs);
 
 // gemm() with f32 weights and these block sizes instead of the table's (same tile: bs.mr/nr must be the weights'
 // ISA's): for bench-gemm --sweep and the blocking tests. No epilogue.

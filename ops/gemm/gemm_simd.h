@@ -270,8 +270,9 @@ void gemm_region(const BlockSizes& bs, const GemmCall& call, size_t m0, size_t m
           const float* b = call.panels + jr * K + pc * NR;
           const size_t n = std::min(NR, jc_end - jr);
           // The micro-panel after this one, in loop order: the next column panel, else the next K slice of the
-          // column block, else the next column block's first slice. Its lines are shared out over this panel's
-          // row tiles.
+          // column block, else the next column block's first slice, else (the item's last) the first slice of the
+          // item the driver expects this participant to take next. Its lines are shared out over this panel's row
+          // tiles.
           const float* next = nullptr;
           size_t next_k = 0;
           if (jr + NR < jc_end) {
@@ -280,6 +281,8 @@ void gemm_region(const BlockSizes& bs, const GemmCall& call, size_t m0, size_t m
             next = call.panels + jc * K + (pc + kc) * NR, next_k = std::min(k_block, K - pc - kc);
           } else if (jc_end < n1) {
             next = call.panels + jc_end * K, next_k = std::min(k_block, K);
+          } else if (ic + mc >= m1 && call.next_item_panel != nullptr) {
+            next = call.next_item_panel, next_k = std::min(k_block, K);
           }
           const size_t tiles = (mc + MR - 1) / MR;
           const size_t lines = (next_k * NR + kFloatsPerLine - 1) / kFloatsPerLine;

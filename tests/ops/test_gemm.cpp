@@ -353,6 +353,54 @@ TEST_CASE("gemm: results are bit-identical for 1, 2, 3 and 4 threads") {
     }
 }
 
+TEST_CASE("gemm: work items cover dst once on the tile grid, balanced, equal and even where the shape allows") {
+  // The split decides how two threads share a GEMM (they claim items from both ends, thread_pool.h): items of
+  // unequal size leave one thread idle while the other's last item runs. The 134M Llama's QKV at T = 128 (N = 2304
+  // = 36 panels of 64, two row blocks) was cut into column blocks of 5 panels and a last one of 1: 16 items, one
+  // thread running 37 units of work where its share was 36, and that GEMM scaled 1.83x to two threads where the
+  // others did 1.87-1.93x (Zen 5, 2026-12-06). Block sizes are Zen 5's AVX-512 ones (derive_block_sizes on its
+  // caches: mr 6, nr 64, kc 768, mc 102, nc 768), and AVX2's tile (4 x 24) with the same cache-derived kc/mc/nc.
+  for (const gemm_detail::BlockSizes bs : {gemm_detail::BlockSizes{6, 64, 768, 102, 768},
+                                           gemm_detail::BlockSizes{4, 24, 512, 100, 768}}) {
+    for (const auto& shape :
+         {std::tuple<size_t, size_t, size_t>{1, 768, 768}, {1, 32000, 768}, {4, 3072, 768}, {16, 1000, 300},
+          {17, 70, 300}, {32, 2304, 768}, {128, 2304, 768}, {512, 2304, 768}, {128, 768, 2048}, {512, 3072, 3072},
+          {100, 4100, 64}, {333, 1001, 513}, {7, 7, 7}}) {
+      const size_t M = std::get<0>(shape), N = std::get<1>(shape), K = std::get<2>(shape);
+      CAPTURE(bs.nr);
+      CAPTURE(M);
+      CAPTURE(N);
+      const std::vector<gemm_detail::WorkItem> items = gemm_detail::work_items(M, N, K, bs);
+      REQUIRE(!items.empty());
+      std::vector<int> covered(M * N, 0);
+      size_t min_rows = M, max_rows = 0, min_cols = N, max_cols = 0;
+      for (const auto& it : items) {
+        REQUIRE((it.m0 < it.m1 && it.m1 <= M && it.n0 < it.n1 && it.n1 <= N));
+        CHECK(it.m0 % bs.mr == 0);  // every tile whole: the same kernel computes each element whatever the split
+        CHECK(it.n0 % bs.nr == 0);
+        for (size_t m = it.m0; m < it.m1; ++m)
+          for (size_t n = it.n0; n < it.n1; ++n) ++covered[m * N + n];
+        min_rows = std::min(min_rows, it.m1 - it.m0), max_rows = std::max(max_rows, it.m1 - it.m0);
+        min_cols = std::min(min_cols, it.n1 - it.n0), max_cols = std::max(max_cols, it.n1 - it.n0);
+      }
+      CHECK(std::all_of(covered.begin(), covered.end(), [](int c) { return c == 1; }));
+      // Balanced: blocks differ by at most one tile or panel (the last may be shorter by the shape's own tail).
+      CHECK(max_rows - min_rows < 2 * bs.mr);
+      CHECK(max_cols - min_cols < 2 * bs.nr);
+      const size_t n_panels = (N + bs.nr - 1) / bs.nr;
+      if (M > 16 && N % bs.nr == 0 && (n_panels % 2 == 0 || n_panels % 3 == 0)) {
+        // A panel count with small divisors: every item equally wide and an even item count.
+        CHECK(min_cols == max_cols);
+        CHECK(items.size() % 2 == 0);
+      }
+    }
+  }
+  // The case that motivated the rule, pinned: 18 items of 4 panels (before: 14 of 5 and 2 of 1).
+  const auto qkv = gemm_detail::work_items(128, 2304, 768, gemm_detail::BlockSizes{6, 64, 768, 102, 768});
+  CHECK(qkv.size() == 18);
+  CHECK(std::all_of(qkv.begin(), qkv.end(), [](const gemm_detail::WorkItem& it) { return it.n1 - it.n0 == 256; }));
+}
+
 TEST_CASE("gemm: RowOrder::invariant gives each row the same bits whatever M and the rows beside it") {
   // Continuous batching's guarantee (engine/include/sqrtdk/batch.h): a row computed alone (M = 1), in a small batch
   // (M ≤ 16: column items) and in a large one (M > 16: row blocks, K slices through dst) is bit-identical. K values
