@@ -48,7 +48,9 @@ inline constexpr size_t kChunkQueries = 512;  // the engine's default prefill ch
 //      the engine took the slower path on 18 of 76 bench-attention rows).
 //   4: cold decode samples wake the pool's helpers (untimed) after the cache flush: before, at 2 threads every
 //      sample also timed an idle vCPU's wake-up (60–130 us against calls of 25–150 us), and the ratio leaned to 1.
-inline constexpr int kAttentionPathsRevision = 4;
+//   5: GEMM work items split evenly, each prefetching its successor's first panel (ops/gemm/gemm.cpp): the unfused
+//      path's Q·Kᵀ and P·V run on that split.
+inline constexpr int kAttentionPathsRevision = 5;
 
 struct AttentionPathTable {
   size_t n_heads = 0, n_kv_heads = 0, head_dim = 0;  // the head configuration measured; other shapes: built-in
