@@ -125,6 +125,9 @@ class Table {
  public:
   explicit Table(std::vector<std::string> header) : header_(std::move(header)) {}
   void add(std::vector<std::string> row) { rows_.push_back(std::move(row)); }
+  size_t rows() const { return rows_.size(); }
+  // Replaces one cell of an added row (a share of a roof filled in once the roof's second measurement is in).
+  void set(size_t row, size_t column, std::string cell) { rows_.at(row).at(column) = std::move(cell); }
   std::string str() const;
 
  private:
