@@ -212,16 +212,14 @@ int main(int argc, char** argv) {
     return std::pair<std::string, double>(
         std::string(ops::attention_path_name(path)) + " (+" + fmt(100 * loss, 0) + "%)", loss);
   };
-  // A row's share of a roof waits for the roof's second measurement, after the thread count's rows: the table cell
-  // and the JSON field to fill, and the figure.
+  // A row's share of a roof waits for the roof's second measurement, after the thread count's rows: prefill rows
+  // are shares of the FMA peak, decode rows of the DRAM read roof, both in column 5; table row = JSON array index.
   struct PendingShare {
-    Table* table;
-    size_t row, column;
-    const char* json_array;  // "prefill" or "decode": the row is out[json_array][row], as in the table
-    const char* json_key;
+    bool decode;
+    size_t row;
     double value;
-    bool of_peak;  // the FMA peak, else the DRAM read roof
   };
+  constexpr size_t kShareColumn = 5;
   for (int t : args.threads) {
     std::vector<PendingShare> pending;
     const int saved_threads = omp_get_max_threads();
@@ -282,7 +280,7 @@ int main(int argc, char** argv) {
                                     {"fused_scratch_bytes", ws_fused.bytes()},
                                     {"unfused_scratch_bytes", ws_unfused.bytes()},
                                     {"onednn_scratch_bytes", dnnl_attn.bytes()}});
-          pending.push_back({&prefill, prefill.rows() - 1, 5, "prefill", "pct_peak", gf, true});
+          pending.push_back({false, prefill.rows() - 1, gf});
         }
       }
     }
@@ -318,17 +316,17 @@ int main(int argc, char** argv) {
                                  {"auto_path", ops::attention_path_name(chosen)}, {"auto_loss", auto_loss},
                                  {"warm_fused_gbs", wgb}, {"warm_unfused_gbs", wgbu}, {"warm_ratio_unfused", wgb / wgbu},
                                  {"fused_seconds", s_fused}, {"kv_bytes", bytes}});
-        pending.push_back({&decode, decode.rows() - 1, 5, "decode", "pct_dram", gb, false});
+        pending.push_back({true, decode.rows() - 1, gb});
       }
     }
     // The roofs again, now the rows are measured; the higher of each figure bounds them (better_roofs).
     roofs[t] = better_roofs(roofs.at(t), measure_roofs(isa, {t}, args.smoke).at(t));
     const double peak = roofs.at(t).peak_gflops, bw = roofs.at(t).dram_gbs;
     for (const PendingShare& share : pending) {
-      const RoofShare r = share.of_peak ? share_of_roof(share.value, peak, "FMA peak")
-                                        : share_of_roof(share.value, bw, "DRAM read");
-      share.table->set(share.row, share.column, pct_cell(r));
-      out[share.json_array][share.row][share.json_key] = pct_json(r);
+      const RoofShare r = share.decode ? share_of_roof(share.value, bw, "DRAM read")
+                                       : share_of_roof(share.value, peak, "FMA peak");
+      (share.decode ? decode : prefill).set(share.row, kShareColumn, pct_cell(r));
+      out[share.decode ? "decode" : "prefill"][share.row][share.decode ? "pct_dram" : "pct_peak"] = pct_json(r);
     }
     if (!args.json)
       std::printf("threads %d: FMA peak %.1f GFLOP/s (%s), DRAM read %.1f GB/s; fused kernels %s\n", t, peak,

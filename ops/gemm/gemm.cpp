@@ -128,8 +128,10 @@ struct ItemGrid {
   size_t n_mb, n_nb;  // row blocks, column blocks
   size_t granule_m, granule_n;  // rows and columns are split in whole tiles (mr) and panels (nr)
   size_t count() const { return n_mb * n_nb; }
-  Range rows(size_t M, size_t mb) const { return split_range(M, n_mb, mb, granule_m); }
-  Range cols(size_t N, size_t nb) const { return split_range(N, n_nb, nb, granule_n); }
+  // Item order is column-block-major: item = column block × n_mb + row block.
+  size_t column_block(size_t item) const { return item / n_mb; }
+  Range rows(size_t M, size_t item) const { return split_range(M, n_mb, item % n_mb, granule_m); }
+  Range cols(size_t N, size_t item) const { return split_range(N, n_nb, column_block(item), granule_n); }
 };
 
 size_t ceil_div(size_t a, size_t b) { return (a + b - 1) / b; }
@@ -141,7 +143,7 @@ size_t column_blocks(size_t n_panels, size_t n_mb, size_t target_panels, size_t 
   const size_t target = ceil_div(n_panels, target_panels);
   const size_t lo = std::max({size_t{1}, ceil_div(n_panels, max_panels), target * 2 / 3});
   const size_t hi = std::max(lo, std::min({n_panels / std::max<size_t>(1, min_panels), target * 3 / 2, n_panels}));
-  size_t best = std::clamp(target, lo, hi);
+  size_t best = lo;
   double best_score = 1e30;
   for (size_t n_nb = lo; n_nb <= hi; ++n_nb) {
     const bool equal = n_panels % n_nb == 0, even = (n_mb * n_nb) % 2 == 0;
@@ -200,9 +202,8 @@ void run_blocked(const Kern& kern, Call call, int n_threads, const BlockSizes& b
   // interleaved: prefill 6 of 6 runs faster at T = 32 and 128 (+4% / +7% median), decode 4 of 4 (+13%).
   parallel_for(threads, grid.count(), [&](size_t item, int worker) {
     static thread_local AlignedBuffer<float> multiply_copy, residual_copy;
-    const size_t mb = item % grid.n_mb, nb = item / grid.n_mb;
-    const Range mr = grid.rows(call.M, mb);
-    const Range nr = grid.cols(call.N, nb);
+    const Range mr = grid.rows(call.M, item);
+    const Range nr = grid.cols(call.N, item);
     Call local = call;
     const size_t rows_t = mr.end - mr.begin, cols_t = nr.end - nr.begin;
     auto copy_region = [&](AlignedBuffer<float>& buf, const float* p, size_t ld, const float*& out_p,
@@ -225,8 +226,8 @@ void run_blocked(const Kern& kern, Call call, int n_threads, const BlockSizes& b
     // (thread_pool.h). Its weights are prefetched while this item's last panel is computed; without it each item's
     // first panel came cold from DRAM with nothing to hide the misses (at T = 32 an item is 1–3 panels).
     const size_t next_item = worker == 0 ? item + 1 : item - 1;  // item 0's helper: wraps past count, no prefetch
-    if (next_item < grid.count() && next_item / grid.n_mb != nb && call.panels != nullptr)
-      local.next_item_panel = call.panels + grid.cols(call.N, next_item / grid.n_mb).begin * call.K;
+    if (next_item < grid.count() && grid.column_block(next_item) != grid.column_block(item) && call.panels != nullptr)
+      local.next_item_panel = call.panels + grid.cols(call.N, next_item).begin * call.K;
     // No barrier between the copies and the kernels: an item's copy reads only the elements that item writes.
     kern.region(local, mr.begin, mr.end, nr.begin, nr.end);
   });
@@ -269,7 +270,7 @@ std::vector<gemm_detail::WorkItem> gemm_detail::work_items(size_t M, size_t N, s
   const ItemGrid grid = item_grid(M, N, K, bs);
   std::vector<WorkItem> items;
   for (size_t item = 0; item < grid.count(); ++item) {
-    const Range mr = grid.rows(M, item % grid.n_mb), nr = grid.cols(N, item / grid.n_mb);
+    const Range mr = grid.rows(M, item), nr = grid.cols(N, item);
     items.push_back({mr.begin, mr.end, nr.begin, nr.end});
   }
   return items;
