@@ -82,14 +82,21 @@ struct AttentionCalibration {
   int reps = 5;                    // timed samples per path and point, interleaved; the median is kept. Points whose
                                    // call takes longer than 0.1 s take fewer, at least min(3, reps); a point whose
                                    // two paths come within 5% of each other takes as many again; cold decode
-                                   // points take three times as many (one short call each: noisier)
+                                   // points take three times as many (one short call each: noisier); a recheck
+                                   // (recheck_band) takes the first pass's count again
   // Points costlier than this many FLOPs per call are not measured (a shape beyond takes the nearest measured
   // point): about 1 s per call at 1 thread on the machines we have seen.
   double max_flops_per_call = 80e9;
   size_t max_keys = 8192;         // ladder points above are not measured
   size_t evict_bytes = 96 << 20;  // decode samples run after writing this many bytes (K/V come from DRAM, as in a
                                   // forward pass, where each layer's weights evict the last layer's cache)
+  // After the sweep, points whose ratio lies within this factor of 1 are measured again and their samples pooled
+  // with the first pass's (≤ 1: no recheck). A burst of load on a shared host can skew one pass by 10-20%.
+  double recheck_band = 1.15;
 };
+
+// Whether a point measured at this fused ÷ unfused ratio is near enough to a tie to be measured again.
+bool needs_recheck(double fused_over_unfused, double band);
 
 // Measures both paths for every mode and ladder point within the budget, on freshly filled random Q/K/V, with isa's
 // kernels. Calls progress (if set) with a line per point measured. Throws sqrtdk::Error on a bad configuration.

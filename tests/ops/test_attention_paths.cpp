@@ -9,6 +9,7 @@
 #include <sqrtdk/error.h>
 #include <sqrtdk/isa.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -162,9 +163,33 @@ TEST_CASE("attention paths: calibration measures every mode within its budget, a
   CHECK(measured(AttentionMode::causal_prefill, 1) > 0);   // causal 128: within
   CHECK(measured(AttentionMode::full_prefill, 1) == 0);    // non-causal 128: over the budget
   for (size_t i = 0; i < kPathLadderSize; ++i) CHECK(measured(AttentionMode::causal_chunk, i) == 0);
-  CHECK(lines.size() == t.measured_points());
-  CHECK(lines.at(0).find("decode, 1 queries x 64 keys") == 0);
+  // A line per point measured, then a "recheck: " line for each point whose first ratio lay within
+  // recheck_band of a tie (the tiny shapes here land on either side, run to run).
+  std::vector<std::string> first, rechecked;
+  for (const std::string& line : lines) (line.rfind("recheck: ", 0) == 0 ? rechecked : first).push_back(line);
+  CHECK(first.size() == t.measured_points());
+  CHECK(first.at(0).find("decode, 1 queries x 64 keys") == 0);
+  for (const std::string& line : first) {
+    CAPTURE(line);
+    const double ratio = std::stod(line.substr(line.find("fused/unfused time ") + 19));
+    // The line rounds to 3 decimals: a ratio that close to the band's edge may fall either way.
+    if (std::fabs(std::fabs(std::log(ratio)) - std::log(cal.recheck_band)) < 2e-3) continue;
+    const std::string point = line.substr(0, line.find(':'));
+    const bool was_rechecked = std::any_of(rechecked.begin(), rechecked.end(), [&](const std::string& r) {
+      return r.compare(9, point.size() + 1, point + ":") == 0;
+    });
+    CHECK(was_rechecked == needs_recheck(ratio, cal.recheck_band));
+  }
+  for (const std::string& line : rechecked) CHECK(line.find("; first pass ") != std::string::npos);
   CHECK(describe_attention_paths(t).find("full_prefill: 64 ") != std::string::npos);
+
+  // Only near ties are measured again; a band of 1 or less turns the recheck off.
+  CHECK(needs_recheck(1.10, 1.15));
+  CHECK(needs_recheck(1.0 / 1.10, 1.15));
+  CHECK_FALSE(needs_recheck(1.20, 1.15));
+  CHECK_FALSE(needs_recheck(0.85, 1.15));  // |ln 0.85| = 0.163 > ln 1.15 = 0.140
+  CHECK_FALSE(needs_recheck(1.0, 1.0));
+  CHECK_FALSE(needs_recheck(0.0, 1.15));  // not measured
 
   AttentionCalibration bad = cal;
   bad.threads = {};
