@@ -2,15 +2,19 @@
 // (fused), attention_unfused.cpp (GEMM + softmax) and attention_ref.cpp (the spec).
 //
 // Path choice (automatic): a table measured on the machine that runs (attention_paths.h); where none covers a shape,
-// the built-in rule, builtin_attention_path, from bench-attention on the quiet 2-core Zen 5 VM, 2026-11-30,
+// the built-in rule, builtin_attention_path, from bench-attention on the quiet 2-core Zen 5 VM, 2026-11-30 (MHA
+// decode: 2026-12-07),
 // fused/unfused ratios at 1 and 2 threads (README has the tables):
 //   - causal prefill (what a decoder runs): fused 1.13–1.92× at 512+ keys for every head shape (it skips masked
 //     tiles; the unfused path computes the whole n × m product); at 128 keys 1.03–1.30× except MHA with head_dim 128
 //     (32×128: 0.74–0.78×) -> unfused there;
 //   - non-causal prefill: unfused 1.04–1.6× faster at head_dim 128 and about even at 64 (fused 0.92–1.25×) -> unfused
 //     while its n × m score buffer stays within kUnfusedScoreCap per thread, fused beyond (memory O(tile));
-//   - decode: GQA fused 1.04–2.05× (cold caches); MHA fused 1.41–1.54× at 128 keys, 0.96–1.00× at 512 and
-//     0.71–0.92× at 2048–8192 (the unfused path streams K, then V) -> unfused for MHA past 1024 keys.
+//   - decode: GQA fused 1.04–2.05× (cold caches); MHA fused 1.41–1.54× at 128 keys. Since the fused decode
+//     prefetches K ahead (2026-12-07, cold 12 × 64, medians of 5 processes of 21 calls, 1 / 2 threads: fused ÷
+//     unfused time 0.80 / 0.82 at 256 keys, 0.86 / 0.88 at 512, 0.99 / 1.09 at 1 024, 0.90 / 0.81 at 2 048,
+//     0.93 / 0.94 at 4 096, 0.99 / 1.04 at 8 192; on 2026-11-30, 1.00–1.04 at 512 and 1.09–1.41 at 2 048–8 192)
+//     -> unfused for MHA past 4096 keys.
 // The probabilities hook (observe) always takes the unfused path, which materializes them anyway.
 // SQRTDK_ATTENTION=fused|unfused forces a path.
 #include "ops/attention/attention.h"

@@ -70,7 +70,7 @@ size_t AttentionPathTable::measured_points() const {
 
 AttentionPath builtin_attention_path(const AttentionParams& p) {
   constexpr size_t kUnfusedScoreCap = size_t{4} << 20;  // floats of one head's scores (see attention.cpp)
-  constexpr size_t kMhaDecodeUnfusedKeys = 1024;
+  constexpr size_t kMhaDecodeUnfusedKeys = 4096;
   const bool mha = p.n_heads == p.n_kv_heads;
   const size_t n = p.n_queries, m = p.n_keys();
   if (n == 1) return mha && m > kMhaDecodeUnfusedKeys ? AttentionPath::unfused : AttentionPath::fused;
@@ -148,10 +148,6 @@ double sample_seconds(Isa isa, const AttentionParams& p, AttentionWorkspace& ws,
   return elapsed / calls;
 }
 
-}  // namespace
-
-namespace {
-
 // One ladder point's samples at one thread count (seconds per call), pooled over the passes that measured it.
 struct ThreadSamples {
   std::vector<double> fused, unfused;
@@ -215,12 +211,11 @@ void measure_point(Isa isa, size_t n_heads, size_t n_kv_heads, size_t head_dim, 
       s.reps = cold != nullptr ? 3 * options.reps
                                : std::clamp(static_cast<int>(0.1 / call) + 1, std::min(3, options.reps),
                                             options.reps);
-      take_samples(s.reps);
-      // A near tie (within 5%) is where noise flips the choice: twice the samples there.
-      if (std::fabs(std::log(s.ratio())) < std::log(1.05)) take_samples(s.reps);
-    } else {
-      take_samples(s.reps);
     }
+    take_samples(s.reps);
+    // A near tie (within 5%) is where noise flips the choice: twice the samples there (the first pass; a recheck
+    // pools with it).
+    if (first_pass && std::fabs(std::log(s.ratio())) < std::log(1.05)) take_samples(s.reps);
   }
 }
 

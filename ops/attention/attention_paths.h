@@ -9,7 +9,7 @@
 // round differently: outputs stay bit-identical for any thread count). The engine measures it once per machine and
 // caches it (engine/src/runtime/attention_paths_cache.cpp, `sqrtdk calibrate`).
 //
-// The built-in rule (builtin_attention_path) holds the crossovers measured on the 2-core Zen 5 VM, 2026-11-30
+// The built-in rule (builtin_attention_path) holds the crossovers measured on the 2-core Zen 5 VM, 2026-11-30 (MHA decode: 2026-12-07)
 // (attention.cpp has the figures): what runs before a machine is calibrated, or with ModelOptions::attention_paths
 // = builtin.
 #pragma once
@@ -50,7 +50,8 @@ inline constexpr size_t kChunkQueries = 512;  // the engine's default prefill ch
 //      sample also timed an idle vCPU's wake-up (60–130 us against calls of 25–150 us), and the ratio leaned to 1.
 //   5: GEMM work items split evenly, each prefetching its successor's first panel (ops/gemm/gemm.cpp): the unfused
 //      path's Q·Kᵀ and P·V run on that split.
-inline constexpr int kAttentionPathsRevision = 5;
+//   6: the fused decode prefetches K a block ahead (attention_simd.h, decode_chunk): 12-24% faster cold at 1 thread.
+inline constexpr int kAttentionPathsRevision = 6;
 
 struct AttentionPathTable {
   size_t n_heads = 0, n_kv_heads = 0, head_dim = 0;  // the head configuration measured; other shapes: built-in

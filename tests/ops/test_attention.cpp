@@ -270,10 +270,11 @@ TEST_CASE("attention: with no table, the automatic path follows the built-in rul
     p.n_heads = heads, p.n_kv_heads = kv_heads, p.head_dim = d, p.n_queries = n, p.pos0 = m - n, p.causal = causal;
     return choose_attention_path(p, nullptr);
   };
-  // Decode: GQA fused at any length; MHA fused up to 1024 keys, unfused past it.
+  // Decode: GQA fused at any length; MHA fused up to 4096 keys, unfused past it.
   CHECK(shape(32, 8, 128, 1, 8192, true) == AttentionPath::fused);
   CHECK(shape(12, 12, 64, 1, 512, true) == AttentionPath::fused);
-  CHECK(shape(12, 12, 64, 1, 2048, true) == AttentionPath::unfused);
+  CHECK(shape(12, 12, 64, 1, 4096, true) == AttentionPath::fused);
+  CHECK(shape(12, 12, 64, 1, 4097, true) == AttentionPath::unfused);
   // Causal prefill: fused, except short MHA with head_dim 128.
   CHECK(shape(12, 12, 64, 128, 128, true) == AttentionPath::fused);
   CHECK(shape(32, 32, 128, 128, 128, true) == AttentionPath::unfused);

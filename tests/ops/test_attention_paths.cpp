@@ -43,8 +43,8 @@ AttentionPathTable sample_table() {
 
 TEST_CASE("attention paths: a table decides where it covers the shape, the built-in rule elsewhere") {
   const AttentionPathTable t = sample_table();
-  // Decode, MHA, 2048 keys: the built-in rule says unfused (past 1024 keys); the table's measured 0.8 says fused.
-  const AttentionParams decode = shape(12, 12, 64, 1, 2048, true);
+  // Decode, MHA, 8192 keys: the built-in rule says unfused (past 4096 keys); the table's measured 0.8 says fused.
+  const AttentionParams decode = shape(12, 12, 64, 1, 8192, true);
   REQUIRE(builtin_attention_path(decode) == AttentionPath::unfused);
   CHECK(choose_attention_path(decode, &t) == AttentionPath::fused);
   // Causal prefill: the one point (128 keys, ratio 1.25) is the nearest for every key count: unfused, where the
