@@ -160,8 +160,9 @@ int main(int argc, char** argv) {
   std::map<int, MachineRoofs> roofs = measure_roofs(isa, args.threads, args.smoke);
   const std::string timing = "wall-clock median of " + std::to_string(args.reps) +
                              " runs; prefill warm caches; decode cold (caches evicted before each call; " +
-                             std::to_string(3 * args.reps) + " interleaved runs) and warm, as labelled; roofs measured before and after each thread count's rows, the higher of each "
-                             "figure kept";
+                             std::to_string(3 * args.reps) +
+                             " interleaved runs) and warm, as labelled; roofs measured before and after each thread "
+                             "count's rows, the higher of each figure kept";
   nlohmann::json out = {{"machine", machine_json(roofs, timing, args.threads)},
                         {"isa", isa_name(isa)}, {"kernel", kernel},
                         {"prefill", nlohmann::json::array()}, {"decode", nlohmann::json::array()}};

@@ -3,8 +3,7 @@
 //
 // Path choice (automatic): a table measured on the machine that runs (attention_paths.h); where none covers a shape,
 // the built-in rule, builtin_attention_path, from bench-attention on the quiet 2-core Zen 5 VM, 2026-11-30 (MHA
-// decode: 2026-12-07),
-// fused/unfused ratios at 1 and 2 threads (README has the tables):
+// decode: 2026-12-07), fused/unfused ratios at 1 and 2 threads (README has the tables):
 //   - causal prefill (what a decoder runs): fused 1.13–1.92× at 512+ keys for every head shape (it skips masked
 //     tiles; the unfused path computes the whole n × m product); at 128 keys 1.03–1.30× except MHA with head_dim 128
 //     (32×128: 0.74–0.78×) -> unfused there;

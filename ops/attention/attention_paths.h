@@ -9,9 +9,9 @@
 // round differently: outputs stay bit-identical for any thread count). The engine measures it once per machine and
 // caches it (engine/src/runtime/attention_paths_cache.cpp, `sqrtdk calibrate`).
 //
-// The built-in rule (builtin_attention_path) holds the crossovers measured on the 2-core Zen 5 VM, 2026-11-30 (MHA decode: 2026-12-07)
-// (attention.cpp has the figures): what runs before a machine is calibrated, or with ModelOptions::attention_paths
-// = builtin.
+// The built-in rule (builtin_attention_path) holds the crossovers measured on the 2-core Zen 5 VM, 2026-11-30 (MHA
+// decode: 2026-12-07; attention.cpp has the figures): what runs before a machine is calibrated, or with
+// ModelOptions::attention_paths = builtin.
 #pragma once
 
 #include "ops/attention/attention.h"
