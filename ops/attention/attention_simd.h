@@ -317,8 +317,8 @@ void decode_chunk(const AttentionParams& p, const DecodePlan& plan, size_t g, si
   // keys have constant bounds so the accumulators stay in registers; past the chunk's end the last key is
   // re-read (valid memory) and its lanes are not stored.
   // Each block prefetches into L1 the K rows of the block about 4 KiB ahead: the cache comes from DRAM once per
-  // token, a few dot products per line cannot hide the misses, and the hardware prefetcher alone left cold 12 × 64
-  // decode at 256-8192 keys 12-24% slower at 1 thread (Zen 5, 2026-12-07; prefetching 8 KiB ahead gained less, and
+  // token, a few dot products per line cannot hide the misses, and with the hardware prefetcher alone cold 12 × 64
+  // decode at 256-8192 keys took 19-32% longer at 1 thread (Zen 5, 2026-12-07; prefetching 8 KiB ahead gained less, and
   // V's rows prefetched in the same loop lost at 2 048 keys: two streams at once).
   const size_t ahead = round_up_to(std::max<size_t>(1, kDecodePrefetchBytes / (d * sizeof(float))), W);
   for (size_t j0 = 0; j0 < nk; j0 += W) {
