@@ -146,6 +146,7 @@ DecodePlan make_decode_plan(const AttentionParams& p, size_t vector_width) {
   plan.n_chunks = (p.n_keys() + plan.chunk_keys - 1) / plan.chunk_keys;
   plan.dim_padded = round_up(p.head_dim, vector_width);
   plan.partial_stride = plan.dim_padded + 2;
+  plan.prefetch_keys = round_up(std::max<size_t>(1, kDecodePrefetchBytes / (p.head_dim * sizeof(float))), vector_width);
   return plan;
 }
 

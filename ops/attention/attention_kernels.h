@@ -27,6 +27,8 @@ inline constexpr size_t kTargetRows = 64;
 // few kv heads (MQA) still split a long cache across threads.
 inline constexpr size_t kDecodeChunkLong = 1024, kDecodeChunkShort = 256;
 inline size_t decode_chunk_keys(size_t n_kv_heads) { return n_kv_heads >= 4 ? kDecodeChunkLong : kDecodeChunkShort; }
+// How far ahead of its dot products the decode prefetches K (attention_simd.h, decode_chunk), in bytes of K rows.
+inline constexpr size_t kDecodePrefetchBytes = 4096;
 
 // Fused prefill: work item (g, qb) = kv head g, queries [qb*block, min(n_queries, (qb+1)*block)).
 struct FusedPlan {
@@ -47,6 +49,7 @@ struct DecodePlan {
   size_t n_chunks = 0;        // ceil(n_keys / chunk_keys)
   size_t dim_padded = 0;      // head_dim rounded up to the vector width
   size_t partial_stride = 0;  // floats per (chunk, head) partial: max, sum, O[dim_padded]
+  size_t prefetch_keys = 0;   // K rows about kDecodePrefetchBytes ahead, a whole number of vector-width key blocks
 };
 DecodePlan make_decode_plan(const AttentionParams& p, size_t vector_width);
 size_t decode_scratch_floats(const DecodePlan& plan);                            // per thread

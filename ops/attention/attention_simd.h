@@ -289,9 +289,7 @@ void fused_prefill_item(const AttentionParams& p, const FusedPlan& plan, size_t 
 
 // ---- decode ----
 
-inline constexpr size_t kDecodePrefetchBytes = 4096;
 inline constexpr size_t kFloatsPerCacheLine = 64 / sizeof(float);
-inline constexpr size_t round_up_to(size_t a, size_t b) { return (a + b - 1) / b * b; }
 
 // Chunk `chunk` of kv head g: partial[(g * n_chunks + chunk) * G + hh] = {max, sum, O[dp]} (O unnormalized).
 template <class Arch>
@@ -316,11 +314,11 @@ void decode_chunk(const AttentionParams& p, const DecodePlan& plan, size_t g, si
   // Scores of W keys at once: W accumulators (one per key) over head_dim, reduced together. The loops over the W
   // keys have constant bounds so the accumulators stay in registers; past the chunk's end the last key is
   // re-read (valid memory) and its lanes are not stored.
-  // Each block prefetches into L1 the K rows of the block about 4 KiB ahead: the cache comes from DRAM once per
-  // token, a few dot products per line cannot hide the misses, and with the hardware prefetcher alone cold 12 × 64
-  // decode at 256-8192 keys took 19-32% longer at 1 thread (Zen 5, 2026-12-07; prefetching 8 KiB ahead gained less, and
-  // V's rows prefetched in the same loop lost at 2 048 keys: two streams at once).
-  const size_t ahead = round_up_to(std::max<size_t>(1, kDecodePrefetchBytes / (d * sizeof(float))), W);
+  // Each block prefetches into L1 the K rows of the block plan.prefetch_keys (about 4 KiB) ahead: the cache comes
+  // from DRAM once per token, a few dot products per line cannot hide the misses, and with the hardware prefetcher
+  // alone cold 12 × 64 decode at 256-8192 keys took 19-32% longer at 1 thread (Zen 5, 2026-12-07; prefetching 8 KiB
+  // ahead gained less, and V's rows prefetched in the same loop lost at 2 048 keys: two streams at once).
+  const size_t ahead = plan.prefetch_keys;
   for (size_t j0 = 0; j0 < nk; j0 += W) {
     for (size_t f = (j0 + ahead) * d; f < std::min(nk, j0 + ahead + W) * d; f += kFloatsPerCacheLine)
       __builtin_prefetch(kg + f, 0, 3);
