@@ -45,8 +45,9 @@ void for_group_items(int n_threads, size_t n, size_t n_groups, size_t floats_per
   });
 }
 
-// One sequence's KV store and attention: rows [rows.row0, + rows.n) of s.qkv at positions rows.pos0 ...
-void sequence_attention(ForwardState& s, int layer, const SequenceRows& rows) {
+// One sequence's KV store and attention: rows [rows.row0, + rows.n) of s.qkv at positions rows.pos0 ... into the
+// cache, then attention for the queries of rows [rows.row0 + first_query, + rows.n).
+void sequence_attention(ForwardState& s, int layer, const SequenceRows& rows, size_t first_query) {
   const ModelConfig& c = s.m->config;
   const size_t hd = c.head_dim, qkv_w = s.m->qkv_width();
   const size_t k_col = c.n_heads * hd, v_col = k_col + c.n_kv_heads * hd;
@@ -72,20 +73,22 @@ void sequence_attention(ForwardState& s, int layer, const SequenceRows& rows) {
     });
   });
 
+  // Queries [q0, n): positions pos0 + q0 ...; they see the keys up to their own, all in the cache by now.
+  const size_t q0 = first_query, nq = n - first_query;
   ops::AttentionParams p;
   p.n_heads = c.n_heads;
   p.n_kv_heads = c.n_kv_heads;
   p.head_dim = hd;
-  p.n_queries = n;
-  p.pos0 = pos0;
+  p.n_queries = nq;
+  p.pos0 = pos0 + q0;
   p.causal = true;
   p.scale = c.attention_scale_or_default();
-  p.q = qkv;
+  p.q = qkv + q0 * qkv_w;
   p.ldq = qkv_w;
   p.k_cache = cache_at(rows.k_cache, 0);
   p.v_cache = cache_at(rows.v_cache, 0);
   p.cache_stride = rows.cache_stride;
-  p.out = s.att.data() + rows.row0 * c.n_heads * hd;
+  p.out = s.att.data() + (rows.row0 + q0) * c.n_heads * hd;
   p.ldo = c.n_heads * hd;
   p.paths = &s.m->attention_paths;
   const bool capture = layer == s.capture_layer;
@@ -93,32 +96,35 @@ void sequence_attention(ForwardState& s, int layer, const SequenceRows& rows) {
     if (s.capture_scale > 0) p.scale = s.capture_scale;
     p.observe = &s.captured;
   }
-  // Causal: query t sees pos0 + t + 1 keys; FLOPs 4·hd per (query head, key) pair for q·k and p·v.
-  const double pairs = static_cast<double>(n) * pos0 + 0.5 * n * (n + 1);
+  // Causal: query t sees p.pos0 + t + 1 keys; FLOPs 4·hd per (query head, key) pair for q·k and p·v.
+  const double pairs = static_cast<double>(nq) * p.pos0 + 0.5 * nq * (nq + 1);
   const double flops = 4.0 * hd * c.n_heads * pairs;
-  const double bytes = (2.0 * n_keys * c.n_kv_heads * hd + 2.0 * n * c.n_heads * hd) * sizeof(float);
+  const double bytes = (2.0 * n_keys * c.n_kv_heads * hd + 2.0 * nq * c.n_heads * hd) * sizeof(float);
   // The queries, the output and this chunk's own keys and values (just stored) are resident; the earlier
   // positions' keys and values stream (a decode step re-reads the whole cache).
-  const double resident = (2.0 * n * c.n_kv_heads * hd + 2.0 * n * c.n_heads * hd) * sizeof(float);
+  const double resident = (2.0 * n * c.n_kv_heads * hd + 2.0 * nq * c.n_heads * hd) * sizeof(float);
   if (verbose()) {
     ops::AttentionPath path = ops::default_attention_path();
     if (path == ops::AttentionPath::automatic) path = ops::choose_attention_path(p, p.paths);
-    const unsigned bit = 1u << static_cast<unsigned>(path) << (n == 1 ? 4 : 0);
+    const unsigned bit = 1u << static_cast<unsigned>(path) << (nq == 1 ? 4 : 0);
     if (!(s.verbose_paths_printed & bit)) {
       s.verbose_paths_printed |= bit;
       std::fprintf(stderr, "sqrtdk: attention %s path (%s, %zu heads / %zu kv heads x %zu, ISA %s)\n",
-                   ops::attention_path_name(path), n == 1 ? "decode" : "prefill", p.n_heads, p.n_kv_heads, hd,
+                   ops::attention_path_name(path), nq == 1 ? "decode" : "prefill", p.n_heads, p.n_kv_heads, hd,
                    isa_name(s.m->isa));
     }
   }
-  run_op(s, "attention", layer, n, flops, bytes, resident,
+  run_op(s, "attention", layer, nq, flops, bytes, resident,
          [&] { ops::attention(s.m->isa, p, s.attention_ws, s.n_threads); }, n_keys);
 }
 
 }  // namespace
 
-void run_attention(ForwardState& s, int layer, size_t n, size_t pos0) {
-  for_each_sequence(s, n, pos0, [&](const SequenceRows& rows) { sequence_attention(s, layer, rows); });
+void run_attention(ForwardState& s, int layer, size_t n, size_t pos0, size_t first_query) {
+  if (first_query >= n || (first_query > 0 && !s.sequences.empty()))
+    throw Error("run_attention: first_query " + std::to_string(first_query) + " of " + std::to_string(n) +
+                " rows (must be below the rows, and 0 in a batch step)");
+  for_each_sequence(s, n, pos0, [&](const SequenceRows& rows) { sequence_attention(s, layer, rows, first_query); });
 }
 
 void run_rope_qk(ForwardState& s, int layer, float* qkv, size_t n, size_t ld, size_t pos0) {

@@ -69,6 +69,12 @@ struct ForwardState {
   // Batches compute every row in one K order whatever the rows beside it (ops::RowOrder::invariant).
   ops::RowOrder row_order = ops::RowOrder::fastest;
 
+  // The caller needs the chunk's last row out of the last block, and no other (a Session's prefill without
+  // all_logits: the logits of the last position only). That block then stores every row's keys and values but
+  // runs attention, its output projection and its feed-forward for the last row alone (block_first_row).
+  // Only for a single sequence (sequences empty) and with no capture of the last layer (it needs every row).
+  bool last_row_only = false;
+
   OpObserver observer;
   unsigned verbose_paths_printed = 0;  // SQRTDK_VERBOSE: bit per attention path already reported by this state
   int capture_layer = -1;
@@ -134,9 +140,16 @@ inline void for_each_sequence(ForwardState& s, size_t n, size_t pos0, Fn&& fn) {
   for (const SequenceRows& rows : s.sequences) fn(rows);
 }
 
+// The first of the chunk's n rows whose output the family computes past the KV store in `layer`: n - 1 in the last
+// block when s.last_row_only is set (the rows before it only feed the KV cache there), else 0.
+inline size_t block_first_row(const ForwardState& s, size_t layer, size_t n) {
+  return s.last_row_only && layer + 1 == s.m->config.n_layers ? n - 1 : 0;
+}
+
 // Copies the k and v columns of qkv rows [n] into layer's cache at positions pos0 .. pos0 + n - 1, then runs
-// attention for the q columns; output to s.att. Per sequence in a batch step.
-void run_attention(ForwardState& s, int layer, size_t n, size_t pos0);
+// attention for the q columns of rows [first_query, n); output to the same rows of s.att. Per sequence in a batch
+// step (first_query must then be 0).
+void run_attention(ForwardState& s, int layer, size_t n, size_t pos0, size_t first_query = 0);
 
 // Rotates the q heads and k heads (n_heads, then n_kv_heads, of head_dim, at the start of each row) of the n rows
 // of qkv (row stride ld) by their positions; in items of one kv group (its q heads and its k head).

@@ -36,16 +36,30 @@ TEST_CASE("profiler: FLOP and byte counts per op match hand-computed values") {
   // N = (4 + 2·2)·16 = 128, K = 64: 2·n·N·K = 2·5·128·64; bytes = 4·(N·K + n·K + n·N).
   CHECK(qkv->flops == 81920.0);
   CHECK(qkv->bytes == 4.0 * (128 * 64 + 5 * 64 + 5 * 128));
-  const OpEvent* att = find_event(events, "attention", 1);
+  const OpEvent* att = find_event(events, "attention", 0);
   REQUIRE(att);
   // Causal pairs = 1 + 2 + 3 + 4 + 5 = 15; 4·head_dim FLOPs per (head, pair): 4·16·4·15.
   CHECK(att->flops == 3840.0);
   CHECK(att->n_keys == 5);
-  const OpEvent* down = find_event(events, "ffn_down", 1);
+  const OpEvent* down = find_event(events, "ffn_down", 0);
   REQUIRE(down);
   // N = 64, K = 96, residual read too: 4·(N·K + n·K + 2·n·N).
   CHECK(down->flops == 2.0 * 5 * 64 * 96);
   CHECK(down->bytes == 4.0 * (64 * 96 + 5 * 96 + 2 * 5 * 64));
+  // The last block (layer 1) past its KV store runs for the last position only (its logits are all prefill
+  // returns): one query over 5 keys, 4·16·4·5 FLOPs, and one row through the feed-forward.
+  const OpEvent* last_qkv = find_event(events, "attn_qkv", 1);
+  REQUIRE(last_qkv);
+  CHECK(last_qkv->n_tokens == 5);  // every position's k and v still go to the cache
+  const OpEvent* last_att = find_event(events, "attention", 1);
+  REQUIRE(last_att);
+  CHECK(last_att->n_tokens == 1);
+  CHECK(last_att->flops == 1280.0);
+  CHECK(last_att->n_keys == 5);
+  const OpEvent* last_down = find_event(events, "ffn_down", 1);
+  REQUIRE(last_down);
+  CHECK(last_down->flops == 2.0 * 1 * 64 * 96);
+  CHECK(last_down->bytes == 4.0 * (64 * 96 + 96 + 2 * 64));
   const OpEvent* head = find_event(events, "lm_head", -1);
   REQUIRE(head);
   CHECK(head->n_tokens == 1);  // only the last position's logits

@@ -132,6 +132,44 @@ TEST_CASE("session: bit-identical for 1 and 2 threads") {
   }
 }
 
+// Without all_logits the last block runs past its KV store for each chunk's last row only
+// (ForwardState::last_row_only). The logits must still be the last position's, the cache must hold every
+// position's keys and values exactly as a full prefill leaves them, and threads must not change a bit.
+TEST_CASE("session: last-position prefill matches all_logits and leaves the same cache") {
+  test::TempDir dir;
+  for (const Case& c : cases()) {
+    CAPTURE(c.name);
+    const std::string path = dir.file("m.sqdk");
+    test::write_toy_model(path, c.config, 5);
+    auto model = Model::load(path);
+    const auto tokens = test_tokens(23, c.config.n_vocab);
+    const size_t V = c.config.n_vocab;
+    for (size_t max_batch : {size_t{512}, size_t{5}}) {  // one chunk; chunks of 5 with a partial last one
+      CAPTURE(max_batch);
+      SessionOptions o;
+      o.max_batch = max_batch;
+      Session full(model, o), last(model, o);
+      const auto all = full.prefill(tokens, true);
+      const std::vector<float> want(all.end() - static_cast<std::ptrdiff_t>(V), all.end());
+      const auto got = last.prefill(tokens);
+      REQUIRE(got.size() == V);
+      check_close(got, want, 1e-5);  // the last block's row alone takes other kernels than in a block of rows
+      const std::vector<float> got_copy(got.begin(), got.end());
+      // Same cache, bit for bit: the next step computes the same logits in both sessions.
+      const auto next_full = full.decode(7);
+      const std::vector<float> next_want(next_full.begin(), next_full.end());
+      const auto next_last = last.decode(7);
+      REQUIRE(next_last.size() == V);
+      CHECK(std::memcmp(next_last.data(), next_want.data(), V * sizeof(float)) == 0);
+      SessionOptions two = o;
+      two.n_threads = 2;
+      Session last2(model, two);
+      const auto got2 = last2.prefill(tokens);
+      CHECK(std::memcmp(got2.data(), got_copy.data(), V * sizeof(float)) == 0);
+    }
+  }
+}
+
 TEST_CASE("session: bad input is an error and the session stays usable") {
   test::TempDir dir;
   const ModelConfig c = test::toy_llama_config();

@@ -53,14 +53,29 @@ double median(std::vector<double> v) {
   return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
 }
 
-// FLOPs of one token at position pos (linear layers + attention over pos + 1 keys + lm head). Prefill computes the
-// lm head for its last position only: the prefill count subtracts it for the others (lm_head_flops).
-double lm_head_flops(const ModelConfig& c) { return 2.0 * c.d_model * c.n_vocab; }
-double flops_per_token(const ModelConfig& c, size_t pos) {
-  const double hd = c.head_dim;
-  const double linear = family_of(c).block_linear_macs(c);
-  const double attention = 4.0 * hd * c.n_heads * (pos + 1);
-  return c.n_layers * (2 * linear + attention) + 2.0 * c.d_model * c.n_vocab;
+// The work of a prefill of n tokens (positions 0 .. n - 1) in chunks of max_batch that wants the last position's
+// logits only (Session::prefill without all_logits). Every row runs every block up to its KV store (the QKV
+// projection included); past it, each chunk's last block runs attention, the output projection and the
+// feed-forward for the chunk's last row alone (ForwardState::last_row_only); the lm head runs once.
+struct PrefillWork {
+  double flops = 0;        // all of it: linear layers, attention, the lm head
+  double linear_macs = 0;  // the linear layers' and the lm head's multiply-adds
+};
+PrefillWork prefill_work(const ModelConfig& c, size_t n, size_t max_batch) {
+  const double block = family_of(c).block_linear_macs(c);
+  const double qkv = double(c.d_model) * (c.n_heads + 2.0 * c.n_kv_heads) * c.head_dim;  // fused in every family
+  const double head = double(c.d_model) * c.n_vocab;
+  PrefillWork w;
+  for (size_t p = 0; p < n; ++p) {
+    const bool chunk_last_row = (p + 1) % max_batch == 0 || p + 1 == n;
+    const double attention = 4.0 * c.head_dim * c.n_heads * (p + 1);  // q·k and p·v over p + 1 keys
+    const double macs = chunk_last_row ? c.n_layers * block : (c.n_layers - 1) * block + qkv;
+    w.linear_macs += macs;
+    w.flops += 2 * macs + (chunk_last_row ? c.n_layers : c.n_layers - 1) * attention;
+  }
+  w.linear_macs += head;
+  w.flops += 2 * head;
+  return w;
 }
 
 struct Row {
@@ -155,9 +170,8 @@ void run(const BenchArgs& a) {
   }
   const bool bf16_dot = ops::bf16_weights_isa(model->isa()) >= Isa::avx512_bf16;
   const bool q8_vnni = model->isa() >= Isa::avx512_vnni;
-  auto compute_roof_tps = [&](const MachineRoofs& roofs, size_t n, double flops) {
-    const double linear_flops = 2.0 * (n * c.n_layers * family_of(c).block_linear_macs(c) +
-                                       double(c.n_vocab) * c.d_model);  // the lm head runs for the last position
+  auto compute_roof_tps = [&](const MachineRoofs& roofs, size_t n, const PrefillWork& work) {
+    const double flops = work.flops, linear_flops = 2.0 * work.linear_macs;
     const double fma = roofs.peak_gflops * 1e9;
     const double bf16_peak = bf16_dot && roofs.bf16_peak_gflops > 0 ? roofs.bf16_peak_gflops * 1e9 : fma;
     const double q8_peak = q8_vnni && roofs.int8_peak_gops > 0 ? roofs.int8_peak_gops * 1e9 : fma;
@@ -195,7 +209,7 @@ void run(const BenchArgs& a) {
     MachineRoofs roofs = measure_roofs();
     Row row;
     row.threads = static_cast<int>(t);
-    std::vector<double> prefill_flops;  // per prefill length: its share of the roof is taken after the runs
+    std::vector<PrefillWork> prefill_works;  // per prefill length: its share of the roof is taken after the runs
     for (uint32_t n : prefill_list) {
       std::vector<double> tps;
       for (int r = 0; r <= a.reps; ++r) {  // rep 0 is the warm-up
@@ -205,10 +219,7 @@ void run(const BenchArgs& a) {
         if (r > 0) tps.push_back(n / seconds_since(t0));
         progress.update(++step);
       }
-      double flops = 0;
-      for (size_t p = 0; p < n; ++p) flops += flops_per_token(c, p);
-      flops -= (n - 1) * lm_head_flops(c);  // logits of the last position only
-      prefill_flops.push_back(flops);
+      prefill_works.push_back(prefill_work(c, n, session.max_batch()));
       row.prefill.emplace_back(n, median(tps));
     }
     std::vector<double> tps, tps_profiled;
@@ -238,7 +249,7 @@ void run(const BenchArgs& a) {
     row.roofs = roofs;
     for (size_t i = 0; i < row.prefill.size(); ++i)
       row.prefill_share.push_back(share_of_roof(row.prefill[i].second,
-                                                compute_roof_tps(roofs, row.prefill[i].first, prefill_flops[i]),
+                                                compute_roof_tps(roofs, row.prefill[i].first, prefill_works[i]),
                                                 compute_roof_name));
     // Each decode step re-reads all it touched the step before: the bytes per token are the working set, and the
     // level they fit in is where decode reads from (a model that fits in L3 decodes from L3, not DRAM).

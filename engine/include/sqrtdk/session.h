@@ -39,7 +39,9 @@ class Session {
 
   // Appends `tokens` to the context and runs them. Returns the logits of the last position ([n_vocab]), or of
   // every new position ([tokens.size(), n_vocab], row-major) when all_logits is true. The span stays valid until
-  // the next call on this session.
+  // the next call on this session. Without all_logits the last block runs past its KV store for the last position
+  // alone (about 1/n_layers less work): those logits may differ from all_logits' last row by float rounding (the
+  // row takes other kernels alone than in a block of rows), and the cache, hence every later call, is the same.
   std::span<const float> prefill(std::span<const uint32_t> tokens, bool all_logits = false);
   // One more token: prefill({token}).
   std::span<const float> decode(uint32_t token);
@@ -48,6 +50,7 @@ class Session {
 
   size_t n_past() const;       // tokens in the context
   size_t max_context() const;  // the limit
+  size_t max_batch() const;    // tokens per forward chunk: SessionOptions::max_batch, at most max_context
   int n_threads() const;
   void set_n_threads(int n_threads);
   const Model& model() const;

@@ -83,6 +83,9 @@ std::span<const float> Session::prefill(std::span<const uint32_t> tokens, bool a
   // Capture: [n_heads][tokens.size()][n_past + tokens.size()], filled chunk by chunk (masked keys stay 0).
   const size_t cap_rows = tokens.size(), cap_keys = s.n_past + tokens.size();
   if (s.capture_layer >= 0) s.captured_flat.assign(size_t{c.n_heads} * cap_rows * cap_keys, 0.0f);
+  // Without all_logits only the last position's logits are wanted: each chunk's last block runs past its KV store
+  // for the chunk's last row alone (ForwardState::last_row_only), unless its attention is being captured.
+  s.last_row_only = !all_logits && s.capture_layer + 1 != static_cast<int>(c.n_layers);
   for (size_t start = 0; start < tokens.size(); start += s.max_batch) {
     const size_t n = std::min(s.max_batch, tokens.size() - start);
     const size_t pos0 = s.n_past;
@@ -110,6 +113,7 @@ std::span<const float> Session::decode(uint32_t token) { return prefill(std::spa
 void Session::reset() { state_->n_past = 0; }
 size_t Session::n_past() const { return state_->n_past; }
 size_t Session::max_context() const { return state_->max_context; }
+size_t Session::max_batch() const { return state_->max_batch; }
 int Session::n_threads() const { return state_->n_threads; }
 void Session::set_n_threads(int n_threads) { state_->n_threads = resolve_threads(n_threads); }
 const Model& Session::model() const { return *state_->model; }
