@@ -10,7 +10,8 @@
 //   hb  = gelu(xb · Wupᵀ + b_up)             bias and GELU fused into the GEMM
 //   x  += hb · Wdownᵀ + b_down
 // Input: x = tok_emb[token] + pos_emb[pos]. After the last block: xb = layer_norm(x), logits = xb · tok_embᵀ (the
-// last block runs past its KV store for the last row alone when only its logits are wanted: last_row_only).
+// last block runs past its KV store for each sequence's last row alone when only their logits are wanted:
+// ForwardState::last_rows_only).
 // The family's tensors, config rules, weight plan and Hugging Face names: models/gpt2/gpt2_family.cpp.
 #include "models/gpt2/gpt2.h"
 #include "ops/norm/norm.h"
@@ -37,6 +38,7 @@ void gpt2_forward(ForwardState& s, const uint32_t* tokens, size_t n, size_t pos0
     });
   });
 
+  size_t nr = n;  // rows past each block's attention (gather_block_rows)
   for (size_t l = 0; l < c.n_layers; ++l) {
     const LayerWeights& w = m.layers[l];
     const int layer = static_cast<int>(l);
@@ -48,40 +50,36 @@ void gpt2_forward(ForwardState& s, const uint32_t* tokens, size_t n, size_t pos0
     ops::GemmEpilogue bias;
     bias.bias = w.attn_qkv.bias_or_null();
     run_linear(s, "attn_qkv", layer, w.attn_qkv, xb, n, d, s.qkv.data(), qkv_w, bias);
-    // Past the KV store, rows [r0, n) only: all of them, or the last one in the last block (block_first_row).
-    const size_t r0 = block_first_row(s, l, n), nr = n - r0;
+    run_attention(s, layer, n, pos0);
+    // From here rows [0, nr): all n, or each sequence's last one in the last block (gather_block_rows).
+    nr = gather_block_rows(s, l, n);
     const double out_bytes = 1.0 * nr * d * sizeof(float);
-    float* xr = x + r0 * d;
-    float* xbr = xb + r0 * d;
-    run_attention(s, layer, n, pos0, r0);
     ops::GemmEpilogue out;
     out.bias = w.attn_out.bias_or_null();
-    out.residual = xr;
+    out.residual = x;
     out.ld_residual = d;
-    run_linear(s, "attn_out", layer, w.attn_out, s.att.data() + r0 * c.n_heads * c.head_dim, nr,
-               c.n_heads * c.head_dim, xr, d, out);
+    run_linear(s, "attn_out", layer, w.attn_out, s.att.data(), nr, c.n_heads * c.head_dim, x, d, out);
 
     run_op(s, "ffn_norm", layer, nr, 7.0 * nr * d, 2 * out_bytes, 2 * out_bytes, [&] {
-      ops::layer_norm(isa, xr, nr, d, d, w.ffn_norm_weight.data(), w.ffn_norm_bias.data(), c.norm_eps, xbr, d,
+      ops::layer_norm(isa, x, nr, d, d, w.ffn_norm_weight.data(), w.ffn_norm_bias.data(), c.norm_eps, xb, d,
                       s.n_threads);
     });
     ops::GemmEpilogue up;
     up.bias = w.ffn_up.bias_or_null();
     up.activation = ops::Activation::gelu_tanh;
-    run_linear(s, "ffn_up", layer, w.ffn_up, xbr, nr, d, s.hb.data(), d_ff, up);
+    run_linear(s, "ffn_up", layer, w.ffn_up, xb, nr, d, s.hb.data(), d_ff, up);
     ops::GemmEpilogue down;
     down.bias = w.ffn_down.bias_or_null();
-    down.residual = xr;
+    down.residual = x;
     down.ld_residual = d;
-    run_linear(s, "ffn_down", layer, w.ffn_down, s.hb.data(), nr, d_ff, xr, d, down);
+    run_linear(s, "ffn_down", layer, w.ffn_down, s.hb.data(), nr, d_ff, x, d, down);
   }
 
-  // The rows the last block computed: all, or the last (run_lm_head reads only those).
-  const size_t r0 = block_first_row(s, c.n_layers - 1, n), nr = n - r0;
+  // The rows the last block computed (run_lm_head reads those).
   const double out_bytes = 1.0 * nr * d * sizeof(float);
   run_op(s, "out_norm", -1, nr, 7.0 * nr * d, 2 * out_bytes, 2 * out_bytes, [&] {
-    ops::layer_norm(isa, x + r0 * d, nr, d, d, m.out_norm_weight.data(), m.out_norm_bias.data(), c.norm_eps,
-                    xb + r0 * d, d, s.n_threads);
+    ops::layer_norm(isa, x, nr, d, d, m.out_norm_weight.data(), m.out_norm_bias.data(), c.norm_eps, xb, d,
+                    s.n_threads);
   });
 }
 

@@ -10,9 +10,9 @@
 //   hb2  = silu(xb · Wgateᵀ)
 //   hb   = (xb · Wupᵀ) * hb2                SwiGLU, the product fused into the up GEMM
 //   x   += hb · Wdownᵀ
-// After the last block: xb = rms_norm(x) * out_norm, logits = xb · lm_headᵀ. When only the last position's logits
-// are wanted (ForwardState::last_row_only), the last block stores every row's k and v but runs the rest for the
-// last row alone.
+// After the last block: xb = rms_norm(x) * out_norm, logits = xb · lm_headᵀ. When only each sequence's last
+// position's logits are wanted (ForwardState::last_rows_only), the last block stores every row's k and v but runs
+// the rest for those rows alone.
 // The family's tensors, config rules, weight plan and Hugging Face names: models/llama/llama_family.cpp.
 #include "models/llama/llama.h"
 #include "ops/activation/activation.h"
@@ -34,6 +34,7 @@ void llama_forward(ForwardState& s, const uint32_t* tokens, size_t n, size_t pos
     for (size_t t = 0; t < n; ++t) std::copy_n(m.tok_emb + size_t{tokens[t]} * d, d, x + t * d);
   });
 
+  size_t nr = n;  // rows past each block's attention (gather_block_rows)
   for (size_t l = 0; l < c.n_layers; ++l) {
     const LayerWeights& w = m.layers[l];
     const int layer = static_cast<int>(l);
@@ -43,36 +44,32 @@ void llama_forward(ForwardState& s, const uint32_t* tokens, size_t n, size_t pos
     });
     run_linear(s, "attn_qkv", layer, w.attn_qkv, xb, n, d, s.qkv.data(), qkv_w, {});
     run_rope_qk(s, layer, s.qkv.data(), n, qkv_w, pos0);
-    // Past the KV store, rows [r0, n) only: all of them, or the last one in the last block (block_first_row).
-    const size_t r0 = block_first_row(s, l, n), nr = n - r0;
+    run_attention(s, layer, n, pos0);
+    // From here rows [0, nr): all n, or each sequence's last one in the last block (gather_block_rows).
+    nr = gather_block_rows(s, l, n);
     const double out_bytes = 1.0 * nr * d * sizeof(float);
-    float* xr = x + r0 * d;
-    float* xbr = xb + r0 * d;
-    run_attention(s, layer, n, pos0, r0);
     ops::GemmEpilogue residual;
-    residual.residual = xr;
+    residual.residual = x;
     residual.ld_residual = d;
-    run_linear(s, "attn_out", layer, w.attn_out, s.att.data() + r0 * c.n_heads * hd, nr, c.n_heads * hd, xr, d,
-               residual);
+    run_linear(s, "attn_out", layer, w.attn_out, s.att.data(), nr, c.n_heads * hd, x, d, residual);
 
     run_op(s, "ffn_norm", layer, nr, 4.0 * nr * d, 2 * out_bytes, 2 * out_bytes, [&] {
-      ops::rms_norm(isa, xr, nr, d, d, w.ffn_norm_weight.data(), c.norm_eps, xbr, d, s.n_threads);
+      ops::rms_norm(isa, x, nr, d, d, w.ffn_norm_weight.data(), c.norm_eps, xb, d, s.n_threads);
     });
     ops::GemmEpilogue gate;
     gate.activation = ops::Activation::silu;
-    run_linear(s, "ffn_gate", layer, w.ffn_gate, xbr, nr, d, s.hb2.data(), d_ff, gate);
+    run_linear(s, "ffn_gate", layer, w.ffn_gate, xb, nr, d, s.hb2.data(), d_ff, gate);
     ops::GemmEpilogue up;
     up.multiply = s.hb2.data();
     up.ld_multiply = d_ff;
-    run_linear(s, "ffn_up", layer, w.ffn_up, xbr, nr, d, s.hb.data(), d_ff, up);
-    run_linear(s, "ffn_down", layer, w.ffn_down, s.hb.data(), nr, d_ff, xr, d, residual);
+    run_linear(s, "ffn_up", layer, w.ffn_up, xb, nr, d, s.hb.data(), d_ff, up);
+    run_linear(s, "ffn_down", layer, w.ffn_down, s.hb.data(), nr, d_ff, x, d, residual);
   }
 
-  // The rows the last block computed: all, or the last (run_lm_head reads only those).
-  const size_t r0 = block_first_row(s, c.n_layers - 1, n), nr = n - r0;
+  // The rows the last block computed (run_lm_head reads those).
   const double out_bytes = 1.0 * nr * d * sizeof(float);
   run_op(s, "out_norm", -1, nr, 4.0 * nr * d, 2 * out_bytes, 2 * out_bytes, [&] {
-    ops::rms_norm(isa, x + r0 * d, nr, d, d, m.out_norm_weight.data(), c.norm_eps, xb + r0 * d, d, s.n_threads);
+    ops::rms_norm(isa, x, nr, d, d, m.out_norm_weight.data(), c.norm_eps, xb, d, s.n_threads);
   });
 }
 

@@ -120,11 +120,29 @@ void sequence_attention(ForwardState& s, int layer, const SequenceRows& rows, si
 
 }  // namespace
 
-void run_attention(ForwardState& s, int layer, size_t n, size_t pos0, size_t first_query) {
-  if (first_query >= n || (first_query > 0 && !s.sequences.empty()))
-    throw Error("run_attention: first_query " + std::to_string(first_query) + " of " + std::to_string(n) +
-                " rows (must be below the rows, and 0 in a batch step)");
-  for_each_sequence(s, n, pos0, [&](const SequenceRows& rows) { sequence_attention(s, layer, rows, first_query); });
+void run_attention(ForwardState& s, int layer, size_t n, size_t pos0) {
+  const bool last_rows = is_last_rows_block(s, static_cast<size_t>(layer));
+  for_each_sequence(s, n, pos0, [&](const SequenceRows& rows) {
+    sequence_attention(s, layer, rows, last_rows ? rows.n - 1 : 0);
+  });
+}
+
+size_t gather_block_rows(ForwardState& s, size_t layer, size_t n) {
+  if (!is_last_rows_block(s, layer)) return n;
+  const ModelConfig& c = s.m->config;
+  const size_t d = c.d_model, att_w = c.n_heads * c.head_dim;
+  size_t i = 0;
+  // Row i <= each sequence's last row, and the sequences come in row order: no source is overwritten before it
+  // is read.
+  for_each_sequence(s, n, 0, [&](const SequenceRows& rows) {
+    const size_t last = rows.row0 + rows.n - 1;
+    if (last != i) {
+      std::memcpy(s.x.data() + i * d, s.x.data() + last * d, d * sizeof(float));
+      std::memcpy(s.att.data() + i * att_w, s.att.data() + last * att_w, att_w * sizeof(float));
+    }
+    ++i;
+  });
+  return i;
 }
 
 void run_rope_qk(ForwardState& s, int layer, float* qkv, size_t n, size_t ld, size_t pos0) {

@@ -69,11 +69,11 @@ struct ForwardState {
   // Batches compute every row in one K order whatever the rows beside it (ops::RowOrder::invariant).
   ops::RowOrder row_order = ops::RowOrder::fastest;
 
-  // The caller needs the chunk's last row out of the last block, and no other (a Session's prefill without
-  // all_logits: the logits of the last position only). That block then stores every row's keys and values but
-  // runs attention, its output projection and its feed-forward for the last row alone (block_first_row).
-  // Only for a single sequence (sequences empty) and with no capture of the last layer (it needs every row).
-  bool last_row_only = false;
+  // The caller needs the last block's output for each sequence's last row only (their logits: a Session's
+  // prefill without all_logits, every Batch step). That block then stores every row's keys and values but runs
+  // attention, its output projection and its feed-forward for those rows alone, gathered to rows 0, 1, ... in
+  // sequence order (gather_block_rows). Not with a capture of the last layer (it needs every row).
+  bool last_rows_only = false;
 
   OpObserver observer;
   unsigned verbose_paths_printed = 0;  // SQRTDK_VERBOSE: bit per attention path already reported by this state
@@ -140,16 +140,20 @@ inline void for_each_sequence(ForwardState& s, size_t n, size_t pos0, Fn&& fn) {
   for (const SequenceRows& rows : s.sequences) fn(rows);
 }
 
-// The first of the chunk's n rows whose output the family computes past the KV store in `layer`: n - 1 in the last
-// block when s.last_row_only is set (the rows before it only feed the KV cache there), else 0.
-inline size_t block_first_row(const ForwardState& s, size_t layer, size_t n) {
-  return s.last_row_only && layer + 1 == s.m->config.n_layers ? n - 1 : 0;
+// Whether `layer` is the block that runs past its KV store for each sequence's last row only (last_rows_only).
+inline bool is_last_rows_block(const ForwardState& s, size_t layer) {
+  return s.last_rows_only && layer + 1 == s.m->config.n_layers;
 }
 
 // Copies the k and v columns of qkv rows [n] into layer's cache at positions pos0 .. pos0 + n - 1, then runs
-// attention for the q columns of rows [first_query, n); output to the same rows of s.att. Per sequence in a batch
-// step (first_query must then be 0).
-void run_attention(ForwardState& s, int layer, size_t n, size_t pos0, size_t first_query = 0);
+// attention for the q columns; output to s.att. Per sequence in a batch step. In the last-rows block only each
+// sequence's last row attends (its output lands in that row of s.att).
+void run_attention(ForwardState& s, int layer, size_t n, size_t pos0);
+
+// For a family, right after run_attention: how many rows the rest of the block computes, rows [0, that) of s.att
+// and s.x. All n, except in the last-rows block: one per sequence, each sequence's last row of s.att and s.x moved
+// to row 0, 1, ... (its residual and attention output; the rows before only fed the KV cache).
+size_t gather_block_rows(ForwardState& s, size_t layer, size_t n);
 
 // Rotates the q heads and k heads (n_heads, then n_kv_heads, of head_dim, at the start of each row) of the n rows
 // of qkv (row stride ld) by their positions; in items of one kv group (its q heads and its k head).

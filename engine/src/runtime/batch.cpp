@@ -95,6 +95,7 @@ Batch::Batch(std::shared_ptr<const Model> model, const BatchOptions& options)
   s.kv_block = options.kv_block;
   s.n_threads = resolve_threads(options.n_threads);
   s.row_order = ops::RowOrder::invariant;
+  s.last_rows_only = true;  // a step returns each item's last position's logits only
   try {
     s.allocate_activations(s.family->scratch_widths(c));
     if (s.family->uses_rope) s.rope.emplace(s.max_context, c.head_dim, c.rope_theta);
@@ -195,14 +196,11 @@ std::span<const float> Batch::step(std::span<const Work> work) {
   s.sequences = {};
   for (size_t i = 0; i < work.size(); ++i) seqs[i]->n_past += work[i].tokens.size();
 
-  // The head over each item's last row: gathered into the (now free) residual rows, one GEMM.
-  const size_t d = c.d_model;
-  for (size_t i = 0; i < s.rows.size(); ++i) {
-    const SequenceRows& r = s.rows[i];
-    std::memcpy(s.x.data() + i * d, s.xb.data() + (r.row0 + r.n - 1) * d, d * sizeof(float));
-  }
+  // The head over each item's last row: the last block computed those alone, in rows 0, 1, ... of xb
+  // (last_rows_only), so one GEMM.
   s.head_logits.resize(s.rows.size() * c.n_vocab);
-  run_linear(s, "lm_head", -1, s.m->lm_head, s.x.data(), s.rows.size(), d, s.head_logits.data(), c.n_vocab, {});
+  run_linear(s, "lm_head", -1, s.m->lm_head, s.xb.data(), s.rows.size(), c.d_model, s.head_logits.data(),
+             c.n_vocab, {});
   return {s.head_logits.data(), s.head_logits.size()};
 }
 

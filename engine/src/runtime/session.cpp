@@ -84,8 +84,9 @@ std::span<const float> Session::prefill(std::span<const uint32_t> tokens, bool a
   const size_t cap_rows = tokens.size(), cap_keys = s.n_past + tokens.size();
   if (s.capture_layer >= 0) s.captured_flat.assign(size_t{c.n_heads} * cap_rows * cap_keys, 0.0f);
   // Without all_logits only the last position's logits are wanted: each chunk's last block runs past its KV store
-  // for the chunk's last row alone (ForwardState::last_row_only), unless its attention is being captured.
-  s.last_row_only = !all_logits && s.capture_layer + 1 != static_cast<int>(c.n_layers);
+  // for the chunk's last row alone, moved to row 0 (ForwardState::last_rows_only), unless that layer's attention is
+  // being captured.
+  s.last_rows_only = !all_logits && s.capture_layer + 1 != static_cast<int>(c.n_layers);
   for (size_t start = 0; start < tokens.size(); start += s.max_batch) {
     const size_t n = std::min(s.max_batch, tokens.size() - start);
     const size_t pos0 = s.n_past;
@@ -103,7 +104,7 @@ std::span<const float> Session::prefill(std::span<const uint32_t> tokens, bool a
     if (all_logits)
       run_lm_head(s, 0, n);
     else if (last_chunk)
-      run_lm_head(s, n - 1, n);
+      run_lm_head(s, s.last_rows_only ? 0 : n - 1, s.last_rows_only ? 1 : n);
   }
   return {s.logits.data(), s.logits.size()};
 }
