@@ -47,6 +47,23 @@ DecodeBytes decode_bytes_per_token(const ModelConfig& config, size_t position) {
   return bytes;
 }
 
+PrefillWork prefill_work(const ModelConfig& c, size_t n, size_t max_batch) {
+  const double block = family_of(c).block_linear_macs(c);
+  const double qkv = double(c.d_model) * (c.n_heads + 2.0 * c.n_kv_heads) * c.head_dim;  // fused in every family
+  const double head = double(c.d_model) * c.n_vocab;
+  PrefillWork w;
+  for (size_t p = 0; p < n; ++p) {
+    const bool chunk_last_row = (p + 1) % max_batch == 0 || p + 1 == n;
+    const double attention = 4.0 * c.head_dim * c.n_heads * (p + 1);  // q·k and p·v over p + 1 keys
+    const double macs = chunk_last_row ? c.n_layers * block : (c.n_layers - 1) * block + qkv;
+    w.linear_macs += macs;
+    w.flops += 2 * macs + (chunk_last_row ? c.n_layers : c.n_layers - 1) * attention;
+  }
+  w.linear_macs += head;
+  w.flops += 2 * head;
+  return w;
+}
+
 std::vector<TensorSpec> family_tensors(const ModelConfig& config) { return family_of(config).tensors(config); }
 uint64_t family_tensor_count(const ModelConfig& config) { return family_of(config).tensor_count(config); }
 

@@ -91,6 +91,17 @@ const ModelFamily& family_of(const ModelConfig& config);
 // cache read and written. The decode roofline of `sqrtdk bench` and the profiler's working set come from here.
 DecodeBytes decode_bytes_per_token(const ModelConfig& config, size_t position);
 
+// The work of a prefill of n tokens (positions 0 .. n - 1) in chunks of max_batch that returns the last position's
+// logits only (Session::prefill without all_logits), as the executor runs it: every row goes through every block
+// up to its KV store (the QKV projection included); past it, each chunk's last block runs attention, the output
+// projection and the feed-forward for the chunk's last row alone (ForwardState::last_rows_only); the lm head runs
+// once. `sqrtdk bench`'s % of the FMA peak counts this, what ran.
+struct PrefillWork {
+  double flops = 0;        // all of it: the linear layers, attention (q·k and p·v), the lm head
+  double linear_macs = 0;  // the linear layers' and the lm head's multiply-adds
+};
+PrefillWork prefill_work(const ModelConfig& config, size_t n, size_t max_batch);
+
 // The family's tensor table for `config` (see ModelFamily::tensors).
 std::vector<TensorSpec> family_tensors(const ModelConfig& config);
 uint64_t family_tensor_count(const ModelConfig& config);

@@ -5,6 +5,7 @@
 #include <sqrtdk/profiler.h>
 #include <sqrtdk/session.h>
 
+#include "models/family.h"
 #include "tests/common/toy_model.h"
 #include "tests/common/xml_check.h"
 
@@ -73,6 +74,37 @@ TEST_CASE("profiler: FLOP and byte counts per op match hand-computed values") {
   CHECK(count["attention"] == 2);
   CHECK(count["ffn_gate"] == 2);
   CHECK(count["embedding"] == 1);
+}
+
+// sqrtdk bench sets prefill tokens/s against the FMA peak with prefill_work's FLOPs: they must be the FLOPs that
+// ran, op by op as the executor reports them (the last block past its KV store for each chunk's last row only).
+TEST_CASE("profiler: prefill_work counts the linear and attention FLOPs a prefill reports") {
+  test::TempDir dir;
+  for (const ModelConfig& c : {test::toy_llama_config(), test::toy_gpt2_config()}) {
+    CAPTURE(arch_name(c.arch));
+    test::write_toy_model(dir.file("m.sqdk"), c, 4);
+    const auto model = Model::load(dir.file("m.sqdk"));
+    std::vector<uint32_t> tokens(23);
+    for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<uint32_t>((7 * i + 3) % c.n_vocab);
+    for (size_t max_batch : {size_t{512}, size_t{5}}) {  // one chunk; chunks of 5 with a partial last one
+      CAPTURE(max_batch);
+      SessionOptions o;
+      o.max_batch = max_batch;
+      Session s(model, o);
+      double linear = 0, attention = 0;
+      s.set_op_observer([&](const OpEvent& e) {
+        const std::string op = e.op;
+        if (op == "attention") attention += e.flops;
+        else if (op.rfind("attn_", 0) == 0 || op.rfind("ffn_", 0) == 0 || op == "lm_head") {
+          if (op != "attn_norm" && op != "ffn_norm") linear += e.flops;
+        }
+      });
+      s.prefill(tokens);
+      const PrefillWork want = prefill_work(c, tokens.size(), s.max_batch());
+      CHECK(2 * want.linear_macs == doctest::Approx(linear).epsilon(1e-12));
+      CHECK(want.flops == doctest::Approx(linear + attention).epsilon(1e-12));
+    }
+  }
 }
 
 TEST_CASE("profiler: aggregates, trace JSON and a well-formed roofline with a point per op") {

@@ -133,7 +133,7 @@ TEST_CASE("session: bit-identical for 1 and 2 threads") {
 }
 
 // Without all_logits the last block runs past its KV store for each chunk's last row only
-// (ForwardState::last_row_only). The logits must still be the last position's, the cache must hold every
+// (ForwardState::last_rows_only). The logits must still be the last position's, the cache must hold every
 // position's keys and values exactly as a full prefill leaves them, and threads must not change a bit.
 TEST_CASE("session: last-position prefill matches all_logits and leaves the same cache") {
   test::TempDir dir;

@@ -53,31 +53,6 @@ double median(std::vector<double> v) {
   return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
 }
 
-// The work of a prefill of n tokens (positions 0 .. n - 1) in chunks of max_batch that wants the last position's
-// logits only (Session::prefill without all_logits). Every row runs every block up to its KV store (the QKV
-// projection included); past it, each chunk's last block runs attention, the output projection and the
-// feed-forward for the chunk's last row alone (ForwardState::last_row_only); the lm head runs once.
-struct PrefillWork {
-  double flops = 0;        // all of it: linear layers, attention, the lm head
-  double linear_macs = 0;  // the linear layers' and the lm head's multiply-adds
-};
-PrefillWork prefill_work(const ModelConfig& c, size_t n, size_t max_batch) {
-  const double block = family_of(c).block_linear_macs(c);
-  const double qkv = double(c.d_model) * (c.n_heads + 2.0 * c.n_kv_heads) * c.head_dim;  // fused in every family
-  const double head = double(c.d_model) * c.n_vocab;
-  PrefillWork w;
-  for (size_t p = 0; p < n; ++p) {
-    const bool chunk_last_row = (p + 1) % max_batch == 0 || p + 1 == n;
-    const double attention = 4.0 * c.head_dim * c.n_heads * (p + 1);  // q·k and p·v over p + 1 keys
-    const double macs = chunk_last_row ? c.n_layers * block : (c.n_layers - 1) * block + qkv;
-    w.linear_macs += macs;
-    w.flops += 2 * macs + (chunk_last_row ? c.n_layers : c.n_layers - 1) * attention;
-  }
-  w.linear_macs += head;
-  w.flops += 2 * head;
-  return w;
-}
-
 struct Row {
   int threads = 1;
   MachineRoofs roofs;
