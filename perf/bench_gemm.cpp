@@ -565,13 +565,13 @@ int main(int argc, char** argv) try {
   if (!onednn_isa.empty()) onednn_set_max_cpu_isa(onednn_isa);  // before oneDNN creates any primitive
   const bool typed = dtype != ops::WeightType::f32;
   const std::vector<Case> cases = make_cases(args.smoke, quick, typed, only);
+  const std::string timing = "wall-clock median of " + std::to_string(args.reps) + " interleaved samples, warm caches";
   if (sweep) {
     if (typed) throw Error("bench-gemm --sweep: f32 only (the bf16/q8 kernels' block sizes are constants)");
     std::string why;
     const auto& entry = ops::select_kernel(ops::gemm_detail::gemm_kernels(), isa);
     (void)ops::gemm_detail::machine_block_sizes(entry.kernels.bs.mr, entry.kernels.bs.nr, &why);
-    nlohmann::json out = {{"machine", machine_json({}, "wall-clock median of " + std::to_string(args.reps) +
-                                                           " interleaved samples, warm caches", args.threads)},
+    nlohmann::json out = {{"machine", machine_json({}, timing, args.threads)},
                           {"isa", isa_name(isa)}, {"kernel", entry.name},
                           {"choice_source", why}, {"reps", args.reps},
                           {"statistic", "median of --reps interleaved samples; a sample (after one untimed call) is "
@@ -595,8 +595,6 @@ int main(int argc, char** argv) try {
                               : ops::select_kernel(ops::gemm_detail::gemm_q8_kernels(), isa).name;
     const std::vector<std::string> notes = typed_notes(dtype);
     nlohmann::json out = {
-        {"machine", machine_json(roofs, "wall-clock median of " + std::to_string(args.reps) +
-                                            " interleaved samples, warm caches", args.threads)},
         {"dtype", ops::weight_type_name(dtype)},
         {"isa", isa_name(isa)},
         {"kernel", kernel},
@@ -617,8 +615,7 @@ int main(int argc, char** argv) try {
           {"notes", notes}}},
         {"results", nlohmann::json::array()}};
     const std::string table = run_typed(dtype, isa, args, cases, roofs, out);
-    out["machine"] = machine_json(roofs, "wall-clock median of " + std::to_string(args.reps) +
-                                             " interleaved samples, warm caches", args.threads);
+    out["machine"] = machine_json(roofs, timing, args.threads);  // the roofs as re-measured after the cases
     if (args.json) {
       std::printf("%s\n", out.dump(2).c_str());
     } else {
@@ -642,8 +639,6 @@ int main(int argc, char** argv) try {
 
   const char* kernel = ops::select_kernel(ops::gemm_detail::gemm_kernels(), isa).name;
   nlohmann::json out = {
-      {"machine", machine_json(roofs, "wall-clock median of " + std::to_string(args.reps) +
-                                          " interleaved samples, warm caches", args.threads)},
       {"isa", isa_name(isa)},
       {"kernel", kernel},
       {"method",
@@ -704,8 +699,7 @@ int main(int argc, char** argv) try {
     }
   }
   remeasure_roofs(isa, args, roofs);
-  out["machine"] = machine_json(roofs, "wall-clock median of " + std::to_string(args.reps) +
-                                           " interleaved samples, warm caches", args.threads);
+  out["machine"] = machine_json(roofs, timing, args.threads);  // the roofs as re-measured after the cases
   Table table({"case", "thr", "sqrtdk GFLOP/s", "% peak", "GB/s", "% read roof", "oneDNN GFLOP/s", "x oneDNN",
                "OpenBLAS GFLOP/s", "x OpenBLAS"});
   for (const Timed& m : timed) {

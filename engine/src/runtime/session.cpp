@@ -103,8 +103,10 @@ std::span<const float> Session::prefill(std::span<const uint32_t> tokens, bool a
     const bool last_chunk = start + n == tokens.size();
     if (all_logits)
       run_lm_head(s, 0, n);
-    else if (last_chunk)
-      run_lm_head(s, s.last_rows_only ? 0 : n - 1, s.last_rows_only ? 1 : n);
+    else if (last_chunk) {
+      const size_t last_row = s.last_rows_only ? 0 : n - 1;  // gathered to row 0 by the last block, or in place
+      run_lm_head(s, last_row, last_row + 1);
+    }
   }
   return {s.logits.data(), s.logits.size()};
 }
