@@ -7,13 +7,7 @@
 
 #include <algorithm>
 #include <bit>
-#include <cerrno>
 #include <cstring>
-
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 namespace sqrtdk {
 
@@ -155,6 +149,7 @@ const char* ggml_type_name(uint32_t type) {
 std::unique_ptr<GgufFile> GgufFile::parse(const unsigned char* bytes, uint64_t size, const std::string& where) {
   std::unique_ptr<GgufFile> file(new GgufFile());
   file->path_ = where;
+  file->file_ = std::make_unique<MappedFile>(bytes, size, where);
   file->bytes_ = bytes;
   file->size_ = size;
   file->parse_all();
@@ -162,32 +157,16 @@ std::unique_ptr<GgufFile> GgufFile::parse(const unsigned char* bytes, uint64_t s
 }
 
 std::unique_ptr<GgufFile> GgufFile::open(const std::string& path) {
-  // O_NONBLOCK: a FIFO planted under the file's name must not hang the open (fstat then refuses it).
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0) throw bad_file(path + ": cannot open: " + std::strerror(errno));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    throw bad_file(path + ": not a regular file");
-  }
   std::unique_ptr<GgufFile> file(new GgufFile());
   file->path_ = path;
-  file->fd_ = fd;  // closed by the destructor from here on
-  file->size_ = static_cast<uint64_t>(st.st_size);
-  if (file->size_ > 0) {
-    void* map = ::mmap(nullptr, file->size_, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (map == MAP_FAILED) throw bad_file(path + ": cannot map: " + std::strerror(errno));
-    file->bytes_ = static_cast<const unsigned char*>(map);
-    file->owns_map_ = true;
-  }
+  file->file_ = std::make_unique<MappedFile>(path);
+  file->bytes_ = file->file_->bytes();
+  file->size_ = file->file_->size();
   file->parse_all();
   return file;
 }
 
-GgufFile::~GgufFile() {
-  if (owns_map_) ::munmap(const_cast<unsigned char*>(bytes_), size_);
-  if (fd_ >= 0) ::close(fd_);
-}
+GgufFile::~GgufFile() = default;
 
 void GgufFile::parse_all() {
   const std::string w = path_ + ": ";
@@ -486,23 +465,6 @@ std::optional<std::vector<float>> GgufFile::get_real_array(std::string_view key)
   return out;
 }
 
-void GgufFile::read(uint64_t offset, uint64_t size, void* dst) const {
-  if (offset > size_ || size > size_ - offset) throw bad_file(path_ + ": read past the end of the file");
-  auto* p = static_cast<unsigned char*>(dst);
-  if (fd_ < 0) {  // parsed from the caller's bytes
-    if (size) std::memcpy(p, bytes_ + offset, size);
-    return;
-  }
-  while (size > 0) {
-    const ssize_t n = ::pread(fd_, p, size > (uint64_t{1} << 30) ? (size_t{1} << 30) : size, static_cast<off_t>(offset));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0)
-      throw bad_file(path_ + ": read failed at offset " + std::to_string(offset) + ": " +
-                     (n < 0 ? std::strerror(errno) : "the file is shorter than when it was opened"));
-    p += n;
-    offset += static_cast<uint64_t>(n);
-    size -= static_cast<uint64_t>(n);
-  }
-}
+void GgufFile::read(uint64_t offset, uint64_t size, void* dst) const { file_->read(offset, size, dst); }
 
 }  // namespace sqrtdk

@@ -16,6 +16,8 @@
 // with errors "<file>: key 'llama.block_count': ..." and "<file>: tensor 'blk.0.attn_q.weight': ...".
 #pragma once
 
+#include "engine/src/import/mapped_file.h"
+
 #include <sqrtdk/config.h>
 #include <sqrtdk/convert.h>
 #include <sqrtdk/format.h>
@@ -125,10 +127,9 @@ class GgufFile {
   const GgufValue* array_of(std::string_view key) const;
 
   std::string path_;
-  const unsigned char* bytes_ = nullptr;
+  std::unique_ptr<MappedFile> file_;
+  const unsigned char* bytes_ = nullptr;  // file_'s bytes and size, read by the parser throughout
   uint64_t size_ = 0;
-  bool owns_map_ = false;
-  int fd_ = -1;
   uint32_t version_ = 0;
   uint32_t alignment_ = kGgufDefaultAlignment;
   uint64_t data_offset_ = 0;

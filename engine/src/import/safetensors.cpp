@@ -8,14 +8,8 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
-#include <cerrno>
 #include <cstring>
 #include <unordered_set>
-
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 namespace sqrtdk {
 
@@ -166,26 +160,11 @@ std::vector<SafetensorsTensor> parse_safetensors(const unsigned char* bytes, uin
 }
 
 std::unique_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) {
-  // O_NONBLOCK: a FIFO planted under the file's name must not hang the open (fstat then refuses it).
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0) throw bad_file(path + ": cannot open: " + std::strerror(errno));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    throw bad_file(path + ": not a regular file");
-  }
   std::unique_ptr<SafetensorsFile> file(new SafetensorsFile());
   file->path_ = path;
-  file->fd_ = fd;  // closed by the destructor from here on
-  file->size_ = static_cast<uint64_t>(st.st_size);
-  if (file->size_ > 0) {
-    void* map = ::mmap(nullptr, file->size_, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (map == MAP_FAILED) {
-      const int err = errno;
-      throw bad_file(path + ": cannot map: " + std::strerror(err));
-    }
-    file->map_ = static_cast<const unsigned char*>(map);
-  }
+  file->file_ = std::make_unique<MappedFile>(path);
+  file->map_ = file->file_->bytes();
+  file->size_ = file->file_->size();
   file->tensors_ = parse_safetensors(file->map_, file->size_, path);
   file->by_name_.resize(file->tensors_.size());
   for (uint32_t i = 0; i < file->by_name_.size(); ++i) file->by_name_[i] = i;
@@ -194,10 +173,7 @@ std::unique_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) 
   return file;
 }
 
-SafetensorsFile::~SafetensorsFile() {
-  if (map_) ::munmap(const_cast<unsigned char*>(map_), size_);
-  if (fd_ >= 0) ::close(fd_);
-}
+SafetensorsFile::~SafetensorsFile() = default;
 
 const SafetensorsTensor* SafetensorsFile::find(std::string_view name) const {
   auto it = std::lower_bound(by_name_.begin(), by_name_.end(), name,
@@ -205,19 +181,6 @@ const SafetensorsTensor* SafetensorsFile::find(std::string_view name) const {
   return it != by_name_.end() && tensors_[*it].name == name ? &tensors_[*it] : nullptr;
 }
 
-void SafetensorsFile::read(uint64_t offset, uint64_t size, void* dst) const {
-  if (offset > size_ || size > size_ - offset) throw bad_file(path_ + ": read past the end of the file");
-  auto* p = static_cast<unsigned char*>(dst);
-  while (size > 0) {
-    const ssize_t n = ::pread(fd_, p, size > (uint64_t{1} << 30) ? (size_t{1} << 30) : size, static_cast<off_t>(offset));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0)
-      throw bad_file(path_ + ": read failed at offset " + std::to_string(offset) + ": " +
-                     (n < 0 ? std::strerror(errno) : "the file is shorter than when it was opened"));
-    p += n;
-    offset += static_cast<uint64_t>(n);
-    size -= static_cast<uint64_t>(n);
-  }
-}
+void SafetensorsFile::read(uint64_t offset, uint64_t size, void* dst) const { file_->read(offset, size, dst); }
 
 }  // namespace sqrtdk

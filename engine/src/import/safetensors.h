@@ -14,6 +14,8 @@
 // has one.
 #pragma once
 
+#include "engine/src/import/mapped_file.h"
+
 #include <sqrtdk/format.h>
 
 #include <cstdint>
@@ -63,9 +65,9 @@ class SafetensorsFile {
  private:
   SafetensorsFile() = default;
   std::string path_;
+  std::unique_ptr<MappedFile> file_;
   uint64_t size_ = 0;
-  const unsigned char* map_ = nullptr;
-  int fd_ = -1;
+  const unsigned char* map_ = nullptr;  // file_'s bytes and size
   std::vector<SafetensorsTensor> tensors_;
   std::vector<uint32_t> by_name_;  // indices sorted by name
 };
