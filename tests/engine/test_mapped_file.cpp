@@ -21,7 +21,7 @@ using sqrtdk::MappedFile;
 using sqrtdk::test::TempDir;
 
 namespace {
-std::vector<unsigned char> pattern(size_t n) {
+std::vector<unsigned char> mapped_file_pattern(size_t n) {
   std::vector<unsigned char> v(n);
   for (size_t i = 0; i < n; ++i) v[i] = static_cast<unsigned char>((i * 7 + 3) & 0xFF);
   return v;
@@ -30,7 +30,7 @@ std::vector<unsigned char> pattern(size_t n) {
 
 TEST_CASE("MappedFile: maps a file and reads any range of it back") {
   TempDir dir;
-  const auto bytes = pattern(10'000);
+  const auto bytes = mapped_file_pattern(10'000);
   sqrtdk::test::write_bytes(dir.file("f.bin"), bytes);
   const MappedFile f(dir.file("f.bin"));
   CHECK(f.path() == dir.file("f.bin"));
@@ -51,7 +51,7 @@ TEST_CASE("MappedFile: maps a file and reads any range of it back") {
 
 TEST_CASE("MappedFile: a range past the end, a missing file, a folder, a FIFO and a truncated file are errors") {
   TempDir dir;
-  const auto bytes = pattern(4'096);
+  const auto bytes = mapped_file_pattern(4'096);
   sqrtdk::test::write_bytes(dir.file("f.bin"), bytes);
   std::vector<unsigned char> out(8'192);
   {
@@ -86,7 +86,7 @@ TEST_CASE("MappedFile: an empty file maps to no bytes; caller-held bytes read th
   empty.read(0, 0, nullptr);
   CHECK_THROWS_AS(empty.read(0, 1, nullptr), Error);
 
-  const auto bytes = pattern(300);
+  const auto bytes = mapped_file_pattern(300);
   const MappedFile held(bytes.data(), bytes.size(), "fuzz input");
   CHECK(held.bytes() == bytes.data());
   std::vector<unsigned char> got(100);

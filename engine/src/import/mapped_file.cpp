@@ -14,17 +14,17 @@
 
 namespace sqrtdk {
 namespace {
-Error bad_file(const std::string& message) { return Error(ErrorKind::bad_file, message); }
+Error mapped_file_error(const std::string& message) { return Error(ErrorKind::bad_file, message); }
 }  // namespace
 
 MappedFile::MappedFile(const std::string& path) : path_(path) {
   // O_NONBLOCK: a FIFO planted under the file's name must not hang the open (fstat then refuses it).
   fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd_ < 0) throw bad_file(path + ": cannot open: " + std::strerror(errno));
+  if (fd_ < 0) throw mapped_file_error(path + ": cannot open: " + std::strerror(errno));
   struct stat st {};
   if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) {
     ::close(fd_);
-    throw bad_file(path + ": not a regular file");
+    throw mapped_file_error(path + ": not a regular file");
   }
   size_ = static_cast<uint64_t>(st.st_size);
   if (size_ > 0) {
@@ -32,7 +32,7 @@ MappedFile::MappedFile(const std::string& path) : path_(path) {
     if (map == MAP_FAILED) {
       const int err = errno;
       ::close(fd_);
-      throw bad_file(path + ": cannot map: " + std::strerror(err));
+      throw mapped_file_error(path + ": cannot map: " + std::strerror(err));
     }
     bytes_ = static_cast<const unsigned char*>(map);
     owns_map_ = true;
@@ -48,7 +48,7 @@ MappedFile::~MappedFile() {
 }
 
 void MappedFile::read(uint64_t offset, uint64_t size, void* dst) const {
-  if (offset > size_ || size > size_ - offset) throw bad_file(path_ + ": read past the end of the file");
+  if (offset > size_ || size > size_ - offset) throw mapped_file_error(path_ + ": read past the end of the file");
   auto* p = static_cast<unsigned char*>(dst);
   if (fd_ < 0) {  // the caller's bytes
     if (size) std::memcpy(p, bytes_ + offset, size);
@@ -58,7 +58,7 @@ void MappedFile::read(uint64_t offset, uint64_t size, void* dst) const {
     const ssize_t n = ::pread(fd_, p, size > (uint64_t{1} << 30) ? (size_t{1} << 30) : size, static_cast<off_t>(offset));
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0)
-      throw bad_file(path_ + ": read failed at offset " + std::to_string(offset) + ": " +
+      throw mapped_file_error(path_ + ": read failed at offset " + std::to_string(offset) + ": " +
                      (n < 0 ? std::strerror(errno) : "the file is shorter than when it was opened"));
     p += n;
     offset += static_cast<uint64_t>(n);
