@@ -38,8 +38,11 @@ TEST_CASE("MappedFile: maps a file and reads any range of it back") {
   REQUIRE(f.bytes() != nullptr);
   CHECK(std::memcmp(f.bytes(), bytes.data(), bytes.size()) == 0);
   // Ranges at the start, the middle, the very end, and an empty one at the end.
-  for (const auto& [offset, size] : std::vector<std::pair<uint64_t, uint64_t>>{
-           {0, 1}, {0, 10'000}, {4'097, 3'000}, {9'999, 1}, {10'000, 0}}) {
+  struct Range {
+    uint64_t offset, size;
+  };
+  for (const Range r : {Range{0, 1}, Range{0, 10'000}, Range{4'097, 3'000}, Range{9'999, 1}, Range{10'000, 0}}) {
+    const uint64_t offset = r.offset, size = r.size;  // plain variables: clang's CAPTURE cannot take a binding
     CAPTURE(offset);
     CAPTURE(size);
     std::vector<unsigned char> got(size + 1, 0xEE);
