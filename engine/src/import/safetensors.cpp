@@ -161,11 +161,8 @@ std::vector<SafetensorsTensor> parse_safetensors(const unsigned char* bytes, uin
 
 std::unique_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) {
   std::unique_ptr<SafetensorsFile> file(new SafetensorsFile());
-  file->path_ = path;
   file->file_ = std::make_unique<MappedFile>(path);
-  file->map_ = file->file_->bytes();
-  file->size_ = file->file_->size();
-  file->tensors_ = parse_safetensors(file->map_, file->size_, path);
+  file->tensors_ = parse_safetensors(file->file_->bytes(), file->file_->size(), path);
   file->by_name_.resize(file->tensors_.size());
   for (uint32_t i = 0; i < file->by_name_.size(); ++i) file->by_name_[i] = i;
   std::sort(file->by_name_.begin(), file->by_name_.end(),

@@ -52,11 +52,11 @@ class SafetensorsFile {
   SafetensorsFile(const SafetensorsFile&) = delete;
   SafetensorsFile& operator=(const SafetensorsFile&) = delete;
 
-  const std::string& path() const { return path_; }
-  uint64_t file_size() const { return size_; }
+  const std::string& path() const { return file_->path(); }
+  uint64_t file_size() const { return file_->size(); }
   const std::vector<SafetensorsTensor>& tensors() const { return tensors_; }
   const SafetensorsTensor* find(std::string_view name) const;  // nullptr if absent
-  const unsigned char* data(const SafetensorsTensor& tensor) const { return map_ + tensor.offset; }
+  const unsigned char* data(const SafetensorsTensor& tensor) const { return file_->bytes() + tensor.offset; }
   // Copies [offset, offset + size) of the file into dst with pread (a short read, e.g. a file truncated after open,
   // is a sqrtdk::Error). The converter streams data this way rather than through the mapping: on this VM a first
   // touch of a mapped page costs microseconds (engine/src/import/hf_import.cpp has the figures).
@@ -64,10 +64,7 @@ class SafetensorsFile {
 
  private:
   SafetensorsFile() = default;
-  std::string path_;
   std::unique_ptr<MappedFile> file_;
-  uint64_t size_ = 0;
-  const unsigned char* map_ = nullptr;  // file_'s bytes and size
   std::vector<SafetensorsTensor> tensors_;
   std::vector<uint32_t> by_name_;  // indices sorted by name
 };
