@@ -6,6 +6,7 @@
 #   sqrtdk bench                   134M-shape Llama prefill, % of the FMA peak measured in the same run
 #   sqrtdk profile, in pairs       1 thread and 2 taken in turn; 2t ÷ 1t from the medians of the pairs
 #   bench-attention (--attention)  rows where the engine's attention path is within 3% of the faster one
+#   perf/ort_peer.py (--ort)       prefill tokens/s ÷ ONNX Runtime's (onnxruntime-node) on the same model, interleaved
 #
 # Every figure comes from runs made here, now, with the peers in the same runs; nothing is read from a cache but
 # the attention path table, which `sqrtdk calibrate` measures first if this machine has none. Takes about 5 minutes
@@ -14,10 +15,12 @@ set -euo pipefail
 
 usage() {
   cat <<'EOF'
-Usage: perf/cpu_column.sh [--runs N] [--pairs N] [--attention] [--out DIR] [--smoke]
+Usage: perf/cpu_column.sh [--runs N] [--pairs N] [--attention] [--ort] [--out DIR] [--smoke]
   --runs N     `sqrtdk bench` runs (default 5); bench-gemm runs twice
   --pairs N    interleaved 1-thread / 2-thread `sqrtdk profile` pairs at T = 128 (default 20; T = 512 takes N/2)
   --attention  also run bench-attention --reps 5 (about 10 minutes)
+  --ort        also run perf/ort_peer.py: ONNX Runtime on the same model (about 2 minutes; installs python3-onnx and
+               onnxruntime-node if missing: the npm registry must be reachable)
   --smoke      one tiny run of each on a tiny model (what CI runs so the script cannot rot; the figures mean nothing)
   --out DIR    where the raw JSON of every run, the tools' messages (log.txt) and summary.json go (default: a new
                folder under /tmp)
@@ -25,12 +28,13 @@ Environment: BIN (default build/release/bin), PYTHON (default /usr/bin/python3).
 EOF
 }
 
-runs=5 pairs=20 attention=0 out="" smoke=0
+runs=5 pairs=20 attention=0 ort=0 out="" smoke=0
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --runs) runs="$2"; shift 2 ;;
     --pairs) pairs="$2"; shift 2 ;;
     --attention) attention=1; shift ;;
+    --ort) ort=1; shift ;;
     --smoke) smoke=1; shift ;;
     --out) out="$2"; shift 2 ;;
     -h|--help) usage; exit 0 ;;
@@ -84,6 +88,10 @@ done
 if [[ $attention == 1 ]]; then
   log "bench-attention --reps 5"
   "$BIN/bench-attention" --reps 5 --json "${smoke_flag[@]}" > "$out/attention.json" 2>> "$out/log.txt"
+fi
+if [[ $ort == 1 && $smoke == 0 ]]; then
+  log "perf/ort_peer.py (ONNX Runtime on the same model)"
+  "$PYTHON" perf/ort_peer.py --model "$model" --bin "$BIN" --json > "$out/ort.json" 2>> "$out/log.txt"
 fi
 
 "$PYTHON" - "$out" <<'EOF'
@@ -198,6 +206,15 @@ if "attention" in summary:
     a = summary["attention"]
     rows.append(f"| attention path within 3% of the faster | {bold(str(a['within_3pct']) + ' of ' + str(a['rows']), a['within_3pct'] == a['rows'])}"
                 f" (worst +{100 * a['worst_loss']:.1f}%: {a['worst_at']}) |")
+if os.path.exists(os.path.join(out, "ort.json")):
+    o = load(os.path.join(out, "ort.json"))
+    summary["onnxruntime"] = o["rows"]
+    json.dump(summary, open(os.path.join(out, "summary.json"), "w"), indent=1)
+    for t in sorted({r["threads"] for r in o["rows"]}):
+        rs = [r for r in o["rows"] if r["threads"] == t]
+        rows.append(f"| prefill ÷ ONNX Runtime {o['onnxruntime_node']}, T = {' / '.join(str(r['tokens']) for r in rs)}, {t}t | "
+                    + " / ".join(f"{r['ratio']:.2f}" for r in rs)
+                    + f" (`perf/ort_peer.py`, medians of {o['rounds']} interleaved rounds) |")
 print("\n".join(rows))
 print(f"\n(bold: the issue-19 target met; raw JSON and summary.json in {out})")
 EOF
