@@ -4,10 +4,11 @@
     perf/ort_peer.py [--model M.sqdk] [--threads 1,2] [--prefill 32,128,512] [--rounds 5] [--reps 3] [--json]
 
 The model (default: the issue-19 134M-shape Llama, f32, made with `sqrtdk make-toy` if absent) is exported to ONNX
-twice by tools/export_onnx.py: with opset 23's fused RMSNormalization / RotaryEmbedding / Attention, and with opset
-17 primitives (the torch.onnx form, which ONNX Runtime's optimizer fuses). ONNX Runtime runs both and each row takes
-the faster: the peer gets its best graph. Before any timing, both graphs' last-position logits are checked against
-`sqrtdk run --logits` on one prompt; a peer that computes something else is refused.
+three times by tools/export_onnx.py: with opset 23's fused RMSNormalization / RotaryEmbedding / Attention, with ONNX
+Runtime's own contrib operators (SkipSimplifiedLayerNormalization, GroupQueryAttention), and with opset 17
+primitives (the torch.onnx form, which ONNX Runtime's optimizer fuses). ONNX Runtime runs all three and each row
+takes the fastest: the peer gets its best graph. Before any timing, every graph's last-position logits are checked
+against `sqrtdk run --logits` on one prompt; a peer that computes something else is refused.
 
 Rounds interleave the engines: each round runs `sqrtdk bench` (its median of --reps prefills per length, after a
 warm-up) and then ONNX Runtime (3 untimed runs, then --reps timed, per length), at each thread count. A row's figure
@@ -34,7 +35,7 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tools"))
 ORT_VERSION = "1.31.1"  # the version the figures in README were measured with; --ort-version to change
-GRAPHS = ("onnx23", "basic")
+GRAPHS = ("onnx23", "contrib", "basic")
 # Logits may differ by summation order only (f32, K up to d_ff, over every layer): measured 4.5e-6 of a largest
 # logit of 2.3 on the 134M toy. 1e-3 of the largest logit still catches a wrong RoPE layout or a missing norm.
 LOGITS_RTOL = 1e-3
@@ -86,8 +87,9 @@ def ensure_setup(ort_dir, version):
 def export_graphs(model, cache_dir):
     import export_onnx
 
-    # Named by the model's content, so the same model made again (cpu_column.sh makes one per run) reuses the export.
-    digest = hashlib.sha256()
+    # Named by the model's content and the exporter's, so the same model made again (cpu_column.sh makes one per run)
+    # reuses the export, and a changed exporter writes it anew.
+    digest = hashlib.sha256(open(export_onnx.__file__, "rb").read())
     with open(model, "rb") as f:
         for block in iter(lambda: f.read(1 << 24), b""):
             digest.update(block)

@@ -1,18 +1,21 @@
 #!/usr/bin/python3
 """Export a Llama-family .sqdk model to ONNX, for ONNX Runtime as a benchmark peer (perf/ort_peer.py).
 
-    export_onnx.py MODEL.sqdk OUT.onnx [--ops onnx23|basic]
+    export_onnx.py MODEL.sqdk OUT.onnx [--ops onnx23|contrib|basic]
 
 The graph is a prefill: input_ids int64 [1, T] (T dynamic) -> logits float32 [1, n_vocab] of the last position,
 the same work as `sqrtdk bench`'s prefill (which also computes only the last row's logits). Weights are float32
 (f16/bf16/q8 tensors are widened as tools/sqdk.py reads them).
 
-Two forms of the same math, so the peer can be given whichever ONNX Runtime runs faster:
-  onnx23  ONNX opset 23's fused operators: RMSNormalization, RotaryEmbedding and Attention (is_causal), which ONNX
-          Runtime implements as single CPU kernels.
-  basic   opset 17 primitives, as torch.onnx exports Hugging Face's Llama (Pow/ReduceMean/Sqrt/Div RMSNorm, which
-          ONNX Runtime's optimizer fuses; MatMul + Softmax attention with an additive causal mask).
-Both: Q, K and V in one MatMul (N = (H + 2·KV)·hd) and gate and up in one (as ONNX Runtime's own model builder
+Three forms of the same math, so the peer can be given whichever ONNX Runtime runs fastest:
+  onnx23   ONNX opset 23's fused operators: RMSNormalization, RotaryEmbedding and Attention (is_causal), which ONNX
+           Runtime implements as single CPU kernels.
+  contrib  ONNX Runtime's own fused operators (com.microsoft), as its generative-AI model builder emits for a Llama
+           on CPU: SkipSimplifiedLayerNormalization (residual add + norm) and GroupQueryAttention on the packed QKV,
+           RoPE inside (do_rotary), no past.
+  basic    opset 17 primitives, as torch.onnx exports Hugging Face's Llama (Pow/ReduceMean/Sqrt/Div RMSNorm, which
+           ONNX Runtime's optimizer fuses; MatMul + Softmax attention with an additive causal mask).
+All: Q, K and V in one MatMul (N = (H + 2·KV)·hd) and gate and up in one (as ONNX Runtime's own model builder
 does), weights stored transposed ([K, N]) so MatMul needs no Transpose; the tied output head is a Gemm with
 transB = 1 over the embedding table itself, so the 98 MB table is stored once.
 
@@ -52,9 +55,9 @@ class Graph:
         self.inits.append(numpy_helper.from_array(np.asarray(array, order="C"), n))
         return n
 
-    def op(self, op_type, inputs, hint=None, n_out=1, **attrs):
+    def op(self, op_type, inputs, hint=None, n_out=1, domain=None, **attrs):
         outs = [self.name(hint or op_type) for _ in range(n_out)]
-        self.nodes.append(helper.make_node(op_type, inputs, outs, **attrs))
+        self.nodes.append(helper.make_node(op_type, inputs, outs, domain=domain, **attrs))
         return outs[0] if n_out == 1 else outs
 
 
@@ -79,6 +82,10 @@ def build(cfg, weights, ops):
     cos_c, sin_c = g.const("cos", cos), g.const("sin", sin)
     if ops == "onnx23":
         pos = g.op("Unsqueeze", [g.op("Range", [i64("zero", 0), seq, i64("step", 1)]), i64("ax0", [0])], "pos")
+    elif ops == "contrib":  # GroupQueryAttention's lengths: int32, seqlens_k = total - 1 per sequence
+        total = g.op("Cast", [seq], "total_len", to=TensorProto.INT32)
+        seqlens_k = g.op("Unsqueeze", [g.op("Sub", [total, g.const("one32", np.array(1, np.int32))]),
+                                       i64("ax0", [0])], "seqlens_k")
     else:
         seq1 = g.op("Unsqueeze", [seq, i64("ax0", [0])])
         cos_t = g.op("Slice", [cos_c, i64("s0", [0]), seq1, i64("a0", [0])], "cos_t")  # [T, hd/2]
@@ -91,6 +98,8 @@ def build(cfg, weights, ops):
     def rms_norm(v, w):
         if ops == "onnx23":
             return g.op("RMSNormalization", [v, g.const("norm_w", w)], "norm", axis=-1, epsilon=eps)
+        if ops == "contrib":
+            return g.op("SimplifiedLayerNormalization", [v, g.const("norm_w", w)], "norm", axis=-1, epsilon=eps)
         ms = g.op("ReduceMean", [g.op("Pow", [v, g.const("two", np.array(2.0, np.float32))])], axes=[-1], keepdims=1)
         r = g.op("Sqrt", [g.op("Add", [ms, g.const("eps", np.array(eps, np.float32))])])
         return g.op("Mul", [g.const("norm_w", w), g.op("Div", [v, r])], "norm")
@@ -114,9 +123,23 @@ def build(cfg, weights, ops):
             return g.op("Reshape", [ab, i64("shape", [0, 0, 0, hd])])
         return g.op("Concat", [a, b], axis=-1)
 
+    pending = None  # a block's output not yet added to x: contrib adds it inside the next norm
+
+    def add_and_norm(w):
+        nonlocal x, pending
+        if pending is not None and ops == "contrib":  # outputs: normed, mean, 1/std, input + skip
+            normed, summed = g.name("norm"), g.name("x")
+            g.nodes.append(helper.make_node("SkipSimplifiedLayerNormalization", [pending, x, g.const("norm_w", w)],
+                                            [normed, "", "", summed], domain="com.microsoft", epsilon=eps))
+            x, pending = summed, None
+            return normed
+        if pending is not None:
+            x, pending = g.op("Add", [x, pending], "x"), None
+        return rms_norm(x, w)
+
     for layer in range(cfg["n_layers"]):
         w = lambda name: weights[f"blk.{layer}.{name}"]
-        a = rms_norm(x, w("attn_norm.weight"))
+        a = add_and_norm(w("attn_norm.weight"))
         wqkv = np.concatenate([w("attn_q.weight"), w("attn_k.weight"), w("attn_v.weight")], axis=0).T
         qkv = g.op("MatMul", [a, g.const("w_qkv", wqkv)], "qkv")
         q, k, v = g.op("Split", [qkv, i64("qkv_split", [H * hd, KV * hd, KV * hd])], n_out=3, axis=-1)
@@ -125,6 +148,10 @@ def build(cfg, weights, ops):
             q = g.op("RotaryEmbedding", [q, cos_c, sin_c, pos], "q_rope", num_heads=H, **rot)
             k = g.op("RotaryEmbedding", [k, cos_c, sin_c, pos], "k_rope", num_heads=KV, **rot)
             o = g.op("Attention", [q, k, v], "attn", is_causal=1, q_num_heads=H, kv_num_heads=KV, scale=float(scale))
+        elif ops == "contrib":  # packed QKV in, RoPE inside, no past; present K/V made as a KV cache would be
+            o = g.op("GroupQueryAttention", [qkv, "", "", "", "", seqlens_k, total, cos_c, sin_c], "attn", n_out=3,
+                     domain="com.microsoft", num_heads=H, kv_num_heads=KV, scale=float(scale), do_rotary=1,
+                     rotary_interleaved=int(interleaved))[0]
         else:
             qh, kh, vh = rope_basic(heads(q, H)), rope_basic(heads(k, KV)), heads(v, KV)
             if KV != H:  # each K/V head serves H/KV query heads (Hugging Face's repeat_kv)
@@ -136,14 +163,15 @@ def build(cfg, weights, ops):
             s = g.op("Add", [g.op("Mul", [s, g.const("scale", np.array(scale, np.float32))]), mask])
             o = g.op("MatMul", [g.op("Softmax", [s], axis=-1), vh])  # [1, H, T, hd]
             o = g.op("Reshape", [g.op("Transpose", [o], perm=[0, 2, 1, 3]), i64("shape", [1, -1, H * hd])], "attn")
-        x = g.op("Add", [x, g.op("MatMul", [o, g.const("w_out", w("attn_out.weight").T)])], "x")
-        m = rms_norm(x, w("ffn_norm.weight"))
+        pending = g.op("MatMul", [o, g.const("w_out", w("attn_out.weight").T)], "attn_out")
+        m = add_and_norm(w("ffn_norm.weight"))
         wgu = np.concatenate([w("ffn_gate.weight"), w("ffn_up.weight")], axis=0).T
         gate, up = g.op("Split", [g.op("MatMul", [m, g.const("w_gate_up", wgu)]),
                                   i64("gu_split", [cfg["d_ff"], cfg["d_ff"]])], n_out=2, axis=-1)
         f = g.op("Mul", [g.op("Mul", [gate, g.op("Sigmoid", [gate])]), up], "swiglu")
-        x = g.op("Add", [x, g.op("MatMul", [f, g.const("w_down", w("ffn_down.weight").T)])], "x")
+        pending = g.op("MatMul", [f, g.const("w_down", w("ffn_down.weight").T)], "ffn_out")
 
+    x = g.op("Add", [x, pending], "x")
     last = g.op("Gather", [x, g.op("Sub", [seq, i64("one", 1)])], "last", axis=1)  # [1, D]
     last = rms_norm(last, weights["out_norm.weight"])
     head = g.inits[0].name if cfg["tied_embeddings"] else g.const("lm_head", weights["lm_head.weight"])
@@ -152,8 +180,10 @@ def build(cfg, weights, ops):
         g.nodes, f"sqrtdk_llama_{ops}",
         [helper.make_tensor_value_info("input_ids", TensorProto.INT64, [1, "T"])],
         [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, V])], g.inits)
-    opset = 23 if ops == "onnx23" else 17
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], producer_name="sqrtdk")
+    opsets = [helper.make_opsetid("", 23 if ops == "onnx23" else 17)]
+    if ops == "contrib":
+        opsets.append(helper.make_opsetid("com.microsoft", 1))
+    model = helper.make_model(graph, opset_imports=opsets, producer_name="sqrtdk")
     model.ir_version = 10 if ops == "onnx23" else 8
     return model
 
@@ -180,8 +210,9 @@ def main(argv):
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("model", help="a Llama-family .sqdk file")
     p.add_argument("out", help="the .onnx file to write")
-    p.add_argument("--ops", choices=["onnx23", "basic"], default="onnx23",
-                   help="onnx23: opset 23 fused RMSNormalization / RotaryEmbedding / Attention; basic: opset 17 primitives")
+    p.add_argument("--ops", choices=["onnx23", "contrib", "basic"], default="onnx23",
+                   help="onnx23: opset 23 fused RMSNormalization / RotaryEmbedding / Attention; contrib: ONNX "
+                        "Runtime's own fused operators; basic: opset 17 primitives")
     args = p.parse_args(argv)
     export(args.model, args.out, args.ops)
 
