@@ -6,7 +6,7 @@
 #   sqrtdk bench                   134M-shape Llama prefill, % of the FMA peak measured in the same run
 #   sqrtdk profile, in pairs       1 thread and 2 taken in turn; 2t ÷ 1t from the medians of the pairs
 #   bench-attention (--attention)  rows where the engine's attention path is within 3% of the faster one
-#   perf/ort_peer.py (--ort)       prefill tokens/s ÷ ONNX Runtime's (onnxruntime-node) on the same model, interleaved
+#   perf/ort_peer.py (--ort)       prefill and decode tokens/s ÷ ONNX Runtime's (onnxruntime-node), same model, interleaved
 #
 # Every figure comes from runs made here, now, with the peers in the same runs; nothing is read from a cache but
 # the attention path table, which `sqrtdk calibrate` measures first if this machine has none. Takes about 5 minutes
@@ -19,7 +19,7 @@ Usage: perf/cpu_column.sh [--runs N] [--pairs N] [--attention] [--ort] [--out DI
   --runs N     `sqrtdk bench` runs (default 5); bench-gemm runs twice
   --pairs N    interleaved 1-thread / 2-thread `sqrtdk profile` pairs at T = 128 (default 20; T = 512 takes N/2)
   --attention  also run bench-attention --reps 5 (about 10 minutes)
-  --ort        also run perf/ort_peer.py: ONNX Runtime on the same model (about 2 minutes; installs python3-onnx and
+  --ort        also run perf/ort_peer.py: ONNX Runtime on the same model (about 5 minutes; installs python3-onnx and
                onnxruntime-node if missing: the npm registry must be reachable)
   --smoke      one tiny run of each on a tiny model (what CI runs so the script cannot rot; the figures mean nothing)
   --out DIR    where the raw JSON of every run, the tools' messages (log.txt) and summary.json go (default: a new
@@ -211,9 +211,11 @@ if os.path.exists(os.path.join(out, "ort.json")):
     summary["onnxruntime"] = o["rows"]
     json.dump(summary, open(os.path.join(out, "summary.json"), "w"), indent=1)
     for t in sorted({r["threads"] for r in o["rows"]}):
-        rs = [r for r in o["rows"] if r["threads"] == t]
-        rows.append(f"| prefill ÷ ONNX Runtime {o['onnxruntime_node']}, T = {' / '.join(str(r['tokens']) for r in rs)}, {t}t | "
-                    + " / ".join(f"{r['ratio']:.2f}" for r in rs)
+        rs = [r for r in o["rows"] if r["threads"] == t and r["phase"] == "prefill"]
+        dec = [r for r in o["rows"] if r["threads"] == t and r["phase"] == "decode"]
+        rows.append(f"| ÷ ONNX Runtime {o['onnxruntime_node']}, prefill T = {' / '.join(str(r['tokens']) for r in rs)}"
+                    + (", decode" if dec else "") + f", {t}t | "
+                    + " / ".join(f"{r['ratio']:.2f}" for r in rs + dec)
                     + f" (`perf/ort_peer.py`, medians of {o['rounds']} interleaved rounds) |")
 print("\n".join(rows))
 print(f"\n(bold: the issue-19 target met; raw JSON and summary.json in {out})")

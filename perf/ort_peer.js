@@ -24,6 +24,9 @@ function parseArgs(argv) {
     else if (key === '--vocab') args.vocab = Number(value);
     else if (key === '--prefill') args.prefill = value.split(',').map(Number);
     else if (key === '--logits') args.logits = value.split(',').map(Number);
+    else if (key === '--decode') args.decode = Number(value);
+    else if (key === '--decode-prompt') args.decodePrompt = Number(value);
+    else if (key === '--kv') args.kv = value.split(',').map(Number);  // kv heads, head_dim (graphs with a past)
     else throw new Error(`ort_peer.js: unknown argument ${key}`);
   }
   if (!args.ort || !args.model) throw new Error('ort_peer.js: --ort DIR and --model FILE are required');
@@ -32,6 +35,28 @@ function parseArgs(argv) {
 
 function idsTensor(ort, ids) {
   return new ort.Tensor('int64', BigInt64Array.from(ids.map(BigInt)), [1, ids.length]);
+}
+
+// The graph's KV cache inputs (past_key.i / past_value.i), empty: [1, kv heads, 0, head_dim].
+function emptyPast(ort, session, kv) {
+  const feeds = {};
+  for (const name of session.inputNames)
+    if (name.startsWith('past_')) feeds[name] = new ort.Tensor('float32', new Float32Array(0), [1, kv[0], 0, kv[1]]);
+  return feeds;
+}
+
+// Runs ids[0, prompt) as one call, then each later id alone with the KV cache of the calls before; returns the last
+// call's output and the seconds the one-token calls took.
+async function generate(ort, session, kv, ids, prompt) {
+  let out = await session.run({input_ids: idsTensor(ort, ids.slice(0, prompt)), ...emptyPast(ort, session, kv)});
+  const t0 = process.hrtime.bigint();
+  for (let i = prompt; i < ids.length; ++i) {
+    const feeds = {input_ids: idsTensor(ort, [ids[i]])};
+    for (const name of session.inputNames)
+      if (name.startsWith('past_')) feeds[name] = out[name.replace('past_', 'present_')];
+    out = await session.run(feeds);
+  }
+  return {out, seconds: Number(process.hrtime.bigint() - t0) / 1e9};
 }
 
 async function main() {
@@ -48,8 +73,22 @@ async function main() {
   });
   const created = Number(process.hrtime.bigint() - t0) / 1e9;
   if (args.logits) {
-    const out = await session.run({input_ids: idsTensor(ort, args.logits)});
+    // With a past: the prompt, then the rest one token at a time (checks the decode path too).
+    const {out} = args.kv ? await generate(ort, session, args.kv, args.logits, args.decodePrompt || 1)
+                          : {out: await session.run({input_ids: idsTensor(ort, args.logits)})};
     process.stdout.write(JSON.stringify({logits: Array.from(out.logits.data)}) + '\n');
+    return;
+  }
+  const version = require(require('path').join(args.ort, 'package.json')).version;
+  if (args.decode) {
+    if (!args.kv) throw new Error('--decode needs --kv and a graph with a past (export_onnx.py --with-past)');
+    const ids = Array.from({length: args.decodePrompt + args.decode}, (_, i) => (i * 7919 + 1) % args.vocab);
+    await generate(ort, session, args.kv, ids, args.decodePrompt);  // warm-up
+    const tokensPerS = [];
+    for (let r = 0; r < args.reps; ++r)
+      tokensPerS.push(args.decode / (await generate(ort, session, args.kv, ids, args.decodePrompt)).seconds);
+    process.stdout.write(JSON.stringify({ort_version: version, threads: args.threads, created,
+                                         decode: {prompt: args.decodePrompt, tokens: args.decode, tokens_per_s: tokensPerS}}) + '\n');
     return;
   }
   const prefill = [];
@@ -65,7 +104,6 @@ async function main() {
     }
     prefill.push({tokens: T, seconds});
   }
-  const version = require(require('path').join(args.ort, 'package.json')).version;
   process.stdout.write(JSON.stringify({ort_version: version, threads: args.threads, created, prefill}) + '\n');
 }
 

@@ -1,10 +1,11 @@
 #!/usr/bin/python3
 """Export a Llama-family .sqdk model to ONNX, for ONNX Runtime as a benchmark peer (perf/ort_peer.py).
 
-    export_onnx.py MODEL.sqdk OUT.onnx [--ops onnx23|contrib|basic]
+    export_onnx.py MODEL.sqdk OUT.onnx [--ops onnx23|contrib|basic] [--with-past]
 
 The graph is a prefill: input_ids int64 [1, T] (T dynamic) -> logits float32 [1, n_vocab] of the last position,
-the same work as `sqrtdk bench`'s prefill (which also computes only the last row's logits). Weights are float32
+the same work as `sqrtdk bench`'s prefill (which also computes only the last row's logits). With --with-past (the
+contrib form) it also takes and returns the KV cache, so it decodes: `sqrtdk bench`'s decode steps. Weights are float32
 (f16/bf16/q8 tensors are widened as tools/sqdk.py reads them).
 
 Three forms of the same math, so the peer can be given whichever ONNX Runtime runs fastest:
@@ -68,7 +69,7 @@ def rope_tables(max_seq, rotary_dim, theta):
     return np.cos(ang).astype(np.float32), np.sin(ang).astype(np.float32)
 
 
-def build(cfg, weights, ops):
+def build(cfg, weights, ops, with_past=False):
     D, H, KV, hd = cfg["d_model"], cfg["n_heads"], cfg["n_kv_heads"], cfg["head_dim"]
     eps, V = float(cfg["norm_eps"]), cfg["n_vocab"]
     scale = cfg.get("attention_scale") or 1.0 / np.sqrt(hd)
@@ -83,7 +84,11 @@ def build(cfg, weights, ops):
     if ops == "onnx23":
         pos = g.op("Unsqueeze", [g.op("Range", [i64("zero", 0), seq, i64("step", 1)]), i64("ax0", [0])], "pos")
     elif ops == "contrib":  # GroupQueryAttention's lengths: int32, seqlens_k = total - 1 per sequence
-        total = g.op("Cast", [seq], "total_len", to=TensorProto.INT32)
+        length = seq
+        if with_past:  # the keys before this call's tokens: past_key.0's [1, KV, P, hd]
+            past = g.op("Gather", [g.op("Shape", ["past_key.0"]), i64("two", 2)], "P", axis=0)
+            length = g.op("Add", [seq, past], "total")
+        total = g.op("Cast", [length], "total_len", to=TensorProto.INT32)
         seqlens_k = g.op("Unsqueeze", [g.op("Sub", [total, g.const("one32", np.array(1, np.int32))]),
                                        i64("ax0", [0])], "seqlens_k")
     else:
@@ -149,9 +154,14 @@ def build(cfg, weights, ops):
             k = g.op("RotaryEmbedding", [k, cos_c, sin_c, pos], "k_rope", num_heads=KV, **rot)
             o = g.op("Attention", [q, k, v], "attn", is_causal=1, q_num_heads=H, kv_num_heads=KV, scale=float(scale))
         elif ops == "contrib":  # packed QKV in, RoPE inside, no past; present K/V made as a KV cache would be
-            o = g.op("GroupQueryAttention", [qkv, "", "", "", "", seqlens_k, total, cos_c, sin_c], "attn", n_out=3,
-                     domain="com.microsoft", num_heads=H, kv_num_heads=KV, scale=float(scale), do_rotary=1,
-                     rotary_interleaved=int(interleaved))[0]
+            past = [f"past_key.{layer}", f"past_value.{layer}"] if with_past else ["", ""]
+            outs = [g.name("attn")] + ([f"present_key.{layer}", f"present_value.{layer}"] if with_past
+                                       else [g.name("present_key"), g.name("present_value")])
+            g.nodes.append(helper.make_node(
+                "GroupQueryAttention", [qkv, "", ""] + past + [seqlens_k, total, cos_c, sin_c], outs,
+                domain="com.microsoft", num_heads=H, kv_num_heads=KV, scale=float(scale), do_rotary=1,
+                rotary_interleaved=int(interleaved)))
+            o = outs[0]
         else:
             qh, kh, vh = rope_basic(heads(q, H)), rope_basic(heads(k, KV)), heads(v, KV)
             if KV != H:  # each K/V head serves H/KV query heads (Hugging Face's repeat_kv)
@@ -176,10 +186,14 @@ def build(cfg, weights, ops):
     last = rms_norm(last, weights["out_norm.weight"])
     head = g.inits[0].name if cfg["tied_embeddings"] else g.const("lm_head", weights["lm_head.weight"])
     g.nodes.append(helper.make_node("Gemm", [last, head], ["logits"], transB=1))
-    graph = helper.make_graph(
-        g.nodes, f"sqrtdk_llama_{ops}",
-        [helper.make_tensor_value_info("input_ids", TensorProto.INT64, [1, "T"])],
-        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, V])], g.inits)
+    inputs = [helper.make_tensor_value_info("input_ids", TensorProto.INT64, [1, "T"])]
+    outputs = [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, V])]
+    for layer in range(cfg["n_layers"] if with_past else 0):
+        for kind in ("key", "value"):
+            inputs.append(helper.make_tensor_value_info(f"past_{kind}.{layer}", TensorProto.FLOAT, [1, KV, "P", hd]))
+            outputs.append(helper.make_tensor_value_info(f"present_{kind}.{layer}", TensorProto.FLOAT,
+                                                         [1, KV, "P_plus_T", hd]))
+    graph = helper.make_graph(g.nodes, f"sqrtdk_llama_{ops}", inputs, outputs, g.inits)
     opsets = [helper.make_opsetid("", 23 if ops == "onnx23" else 17)]
     if ops == "contrib":
         opsets.append(helper.make_opsetid("com.microsoft", 1))
@@ -188,7 +202,7 @@ def build(cfg, weights, ops):
     return model
 
 
-def export(model_path, out_path, ops):
+def export(model_path, out_path, ops, with_past=False):
     try:
         cfg, tensors = read_sqdk(model_path)
     except (OSError, ValueError, KeyError, struct.error) as e:  # missing, unreadable, truncated or not a .sqdk
@@ -196,7 +210,9 @@ def export(model_path, out_path, ops):
     if cfg["arch"] != "llama":
         raise SystemExit(f"export_onnx.py: {model_path}: arch '{cfg['arch']}': only llama models are exported")
     weights = {name: np.asarray(t, dtype=np.float32) for name, t, *_ in tensors}
-    model = build(cfg, weights, ops)
+    if with_past and ops != "contrib":
+        raise SystemExit("export_onnx.py: --with-past needs --ops contrib (GroupQueryAttention keeps the KV cache)")
+    model = build(cfg, weights, ops, with_past)
     # Over 2 GB the weights would have to go to external data; the models this serves are far smaller.
     if model.ByteSize() >= 2**31 - 1:
         raise SystemExit(f"export_onnx.py: {model_path}: over 2 GB of weights, not supported")
@@ -213,8 +229,11 @@ def main(argv):
     p.add_argument("--ops", choices=["onnx23", "contrib", "basic"], default="onnx23",
                    help="onnx23: opset 23 fused RMSNormalization / RotaryEmbedding / Attention; contrib: ONNX "
                         "Runtime's own fused operators; basic: opset 17 primitives")
+    p.add_argument("--with-past", action="store_true",
+                   help="contrib only: KV cache inputs past_key.i / past_value.i [1, KV, P, hd] and outputs "
+                        "present_key.i / present_value.i, for decoding one token at a time")
     args = p.parse_args(argv)
-    export(args.model, args.out, args.ops)
+    export(args.model, args.out, args.ops, args.with_past)
 
 
 if __name__ == "__main__":
