@@ -70,7 +70,7 @@ def rope_tables(max_seq, rotary_dim, theta):
 
 
 def build(cfg, weights, ops, with_past=False):
-    D, H, KV, hd = cfg["d_model"], cfg["n_heads"], cfg["n_kv_heads"], cfg["head_dim"]
+    H, KV, hd = cfg["n_heads"], cfg["n_kv_heads"], cfg["head_dim"]
     eps, V = float(cfg["norm_eps"]), cfg["n_vocab"]
     scale = cfg.get("attention_scale") or 1.0 / np.sqrt(hd)
     interleaved = bool(cfg["rope_interleaved"])
