@@ -131,6 +131,14 @@ void gemm_ukernel(size_t kc, const float* __restrict a, size_t lda, const float*
   for (int r = 0; r < MR; ++r)
 #pragma GCC unroll 8
     for (int j = 0; j < NV; ++j) __builtin_prefetch(c + r * ldc + j * L, 1);
+  // Likewise the epilogue's multiply operand (SwiGLU's gate rows, written a whole GEMM earlier: out of L2 by now).
+  if (last != nullptr && last->multiply != nullptr) {
+    const float* mul = last->multiply + (m_global - last->multiply_m0) * last->ld_multiply + (n_global - last->multiply_n0);
+#pragma GCC unroll 16
+    for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 8
+      for (int j = 0; j < NV; ++j) __builtin_prefetch(mul + r * last->ld_multiply + j * L, 0);
+  }
   // Partial sums of earlier K slices start the accumulators (loaded straight from C), so a slice that is not the
   // last one ends with plain stores: no spill through a tile buffer, no second pass.
   V acc[MR][NV];
