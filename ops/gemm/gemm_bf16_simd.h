@@ -81,16 +81,14 @@ inline void finish_tile(Vec<Arch> (&acc)[MR][NV], float* c, size_t ldc, size_t n
   gemm_simd::store_tile<Arch, NV>(tile, MR, c, ldc, n, plain ? nullptr : last, m_global, n_global);
 }
 
-// The start: the C tile's lines requested early (its rows are ldc apart: no hardware stream), the accumulators
+// The start: the lines the tile's end touches requested early (gemm_simd::prefetch_tile_operands), the accumulators
 // loaded from C's partial sums (later K slices) or zero.
 template <class Arch, int MR, int NV>
-inline void start_tile(Vec<Arch> (&acc)[MR][NV], float* c, size_t ldc, size_t n, bool accumulate) {
+inline void start_tile(Vec<Arch> (&acc)[MR][NV], float* c, size_t ldc, size_t n, bool accumulate,
+                       const GemmCall* last, size_t m_global, size_t n_global) {
   using V = Vec<Arch>;
   constexpr size_t L = V::size, NR = NV * L;
-#pragma GCC unroll 16
-  for (int r = 0; r < MR; ++r)
-#pragma GCC unroll 8
-    for (int j = 0; j < NV; ++j) __builtin_prefetch(c + r * ldc + j * L, 1);
+  gemm_simd::prefetch_tile_operands<MR, NV, L>(c, ldc, last, m_global, n_global);
 #pragma GCC unroll 16
   for (int r = 0; r < MR; ++r)
 #pragma GCC unroll 8
@@ -131,7 +129,7 @@ void widen_ukernel(size_t kc, const float* __restrict a, size_t lda, const uint1
   constexpr size_t L = V::size, NR = NV * L;
   assert(n >= 1 && n <= NR);
   V acc[MR][NV];
-  start_tile<Arch, MR, NV>(acc, c, ldc, n, accumulate);
+  start_tile<Arch, MR, NV>(acc, c, ldc, n, accumulate, last, m_global, n_global);
   const float* a_row[MR];
 #pragma GCC unroll 16
   for (int r = 0; r < MR; ++r) a_row[r] = a + r * lda;
@@ -278,7 +276,7 @@ void dp_ukernel(size_t kc, const uint16_t* __restrict a, size_t lda, const uint1
   constexpr size_t L = 16, NR = NV * L;
   assert(n >= 1 && n <= NR);
   V acc[MR][NV];
-  start_tile<Arch, MR, NV>(acc, c, ldc, n, accumulate);
+  start_tile<Arch, MR, NV>(acc, c, ldc, n, accumulate, last, m_global, n_global);
   const uint16_t* a_row[MR];
 #pragma GCC unroll 16
   for (int r = 0; r < MR; ++r) a_row[r] = a + r * lda;
