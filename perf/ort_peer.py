@@ -68,9 +68,11 @@ def run(cmd, **kw):
 
 def apt_install(package):
     if os.geteuid() != 0:
-        fail(f"{package} is missing: apt-get install {package} (as root)")
-    log(f"installing {package} (apt-get)")
-    run(["apt-get", "install", "-y", "--no-install-recommends", package], env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
+        fail(f"{package} is missing: apt-get update && apt-get install {package} (as root)")
+    log(f"installing {package} (apt-get update, apt-get install)")
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    run(["apt-get", "update", "-qq"], env=env)  # a fresh machine's package lists may be empty (as tools/setup.sh)
+    run(["apt-get", "install", "-y", "-qq", "--no-install-recommends", package], env=env)
 
 
 def ensure_setup(ort_dir, version):
