@@ -1,15 +1,19 @@
-// ONNX Runtime (onnxruntime-node) timing a prefill of the graph tools/export_onnx.py writes; driven by
-// perf/ort_peer.py, which gives it the package's folder and compares it with `sqrtdk bench` in the same run.
+// ONNX Runtime (onnxruntime-node) timing the graphs tools/export_onnx.py writes; driven by perf/ort_peer.py, which
+// gives it the package's folder and compares it with `sqrtdk bench` in the same run.
 //
-//   node perf/ort_peer.js --ort DIR --model M.onnx --threads N --prefill 32,128,512 --reps R --vocab V
-//        [--logits IDS]
+//   node perf/ort_peer.js --ort DIR --model M.onnx --threads N --reps R --vocab V
+//        [--prefill 32,128,512 | --decode N --decode-prompt P --kv KV,HD | --logits IDS [--kv KV,HD --decode-prompt P]]
 //
 // One session per call, with ONNX Runtime's best CPU settings for a single stream: all graph optimizations,
 // intra-op threads = N (the calling thread is one of them), one inter-op thread, sequential execution, the memory
-// arena on and its spinning threads left on (its default). Each prefill length gets 3 untimed runs, then R timed
-// ones (wall clock around session.run, which includes the 128 KB logits copy out: < 1% at T = 32).
-// Prints one JSON document: {"ort_version", "threads", "optimized": seconds to create the session,
-// "prefill": [{"tokens": T, "seconds": [...]}]}; with --logits 5,17,42 only the logits of that prompt.
+// arena on and its spinning threads left on (its default).
+//   prefill: per length 3 untimed runs, then R timed ones (wall clock around session.run, which includes the 128 KB
+//            logits copy out: < 1% at T = 32);
+//   decode (a graph with a past, --kv its kv heads and head_dim): P prompt tokens in one call, then N calls of one
+//            token each fed the last call's present K/V; one untimed pass, then R timed ones (the N calls);
+//   logits: the last position's logits of IDS (with a past: the first P in one call, the rest one at a time).
+// Prints one JSON document: {"ort_version", "threads", "created": seconds to create the session, and "prefill":
+// [{"tokens": T, "seconds": [...]}] or "decode": {"prompt", "tokens", "tokens_per_s": [...]}}, or {"logits": [...]}.
 'use strict';
 
 function parseArgs(argv) {
@@ -31,6 +35,11 @@ function parseArgs(argv) {
   }
   if (!args.ort || !args.model) throw new Error('ort_peer.js: --ort DIR and --model FILE are required');
   return args;
+}
+
+// n token ids spread over the vocabulary (the time does not depend on them).
+function spreadIds(n, vocab) {
+  return Array.from({length: n}, (_, i) => (i * 7919 + 1) % vocab);
 }
 
 function idsTensor(ort, ids) {
@@ -82,7 +91,7 @@ async function main() {
   const version = require(require('path').join(args.ort, 'package.json')).version;
   if (args.decode) {
     if (!args.kv) throw new Error('--decode needs --kv and a graph with a past (export_onnx.py --with-past)');
-    const ids = Array.from({length: args.decodePrompt + args.decode}, (_, i) => (i * 7919 + 1) % args.vocab);
+    const ids = spreadIds(args.decodePrompt + args.decode, args.vocab);
     await generate(ort, session, args.kv, ids, args.decodePrompt);  // warm-up
     const tokensPerS = [];
     for (let r = 0; r < args.reps; ++r)
@@ -93,8 +102,7 @@ async function main() {
   }
   const prefill = [];
   for (const T of args.prefill) {
-    // Token ids spread over the vocabulary; the time does not depend on them.
-    const feeds = {input_ids: idsTensor(ort, Array.from({length: T}, (_, i) => (i * 7919 + 1) % args.vocab))};
+    const feeds = {input_ids: idsTensor(ort, spreadIds(T, args.vocab))};
     for (let w = 0; w < 3; ++w) await session.run(feeds);
     const seconds = [];
     for (let r = 0; r < args.reps; ++r) {

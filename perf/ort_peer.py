@@ -34,7 +34,6 @@ import os
 import platform
 import shutil
 import statistics
-import struct
 import subprocess
 import sys
 import tempfile
@@ -95,7 +94,8 @@ def ensure_setup(ort_dir, version):
     return pkg
 
 
-def export_graphs(model, cache_dir):
+def export_graphs(model, cache_dir, weights):
+    """The graphs' paths, exported where missing; weights: export_onnx.read_model(model)."""
     import export_onnx
 
     # Named by the model's content and the exporter's, so the same model made again (cpu_column.sh makes one per run)
@@ -110,7 +110,8 @@ def export_graphs(model, cache_dir):
         path = os.path.join(cache_dir, f"{stem}.{name}.onnx")
         if not os.path.exists(path):
             log(f"exporting {model} to {path}")
-            export_onnx.export(model, path, name.removesuffix("_past"), with_past=name == DECODE_GRAPH)
+            export_onnx.export(model, path, name.removesuffix("_past"), with_past=name == DECODE_GRAPH,
+                               model=weights)
         paths[name] = path
     return paths
 
@@ -181,16 +182,14 @@ def main(argv):
             run([sqrtdk, "make-toy", "-o", model, "--arch", "llama", "--d-model", "768", "--n-layers", "12",
                  "--n-heads", "12", "--d-ff", "2048", "--n-vocab", "32000", "--max-seq", "1024", "--tied",
                  "--seed", "1"])
-    from sqdk import read_sqdk
+    import export_onnx
 
-    try:
-        cfg, _ = read_sqdk(model, verify=False)  # the config (the export reads the tensors again)
-    except (OSError, ValueError, KeyError, struct.error) as e:
-        fail(f"{model}: cannot read the model: {e}")
+    weights = export_onnx.read_model(model)  # once, for the config and every graph exported below
+    cfg = weights[0]
     if max(lengths) > cfg["max_seq"] or a.decode_prompt + a.decode > cfg["max_seq"]:
         fail(f"{model}: --prefill {max(lengths)} or --decode-prompt + --decode {a.decode_prompt + a.decode} is past "
              f"the model's max_seq {cfg['max_seq']}")
-    graphs = export_graphs(model, a.ort_dir)
+    graphs = export_graphs(model, a.ort_dir, weights)
     logit_diffs = check_logits(sqrtdk, model, ort_pkg, graphs, cfg)
     log(f"logits agree with sqrtdk's (max abs diff {', '.join(f'{k} {v:.2g}' for k, v in logit_diffs.items())})")
 

@@ -77,7 +77,8 @@ def build(cfg, weights, ops, with_past=False):
     g = Graph()
     i64 = lambda hint, values: g.const(hint, np.array(values, dtype=np.int64))
 
-    x = g.op("Gather", [g.const("tok_emb", weights["tok_emb"]), "input_ids"], "x", axis=0)  # [1, T, D]
+    tok_emb = g.const("tok_emb", weights["tok_emb"])
+    x = g.op("Gather", [tok_emb, "input_ids"], "x", axis=0)  # [1, T, D]
     seq = g.op("Gather", [g.op("Shape", ["input_ids"]), i64("one", 1)], "T", axis=0)  # scalar T
     cos, sin = rope_tables(cfg["max_seq"], hd, float(cfg["rope_theta"]))
     cos_c, sin_c = g.const("cos", cos), g.const("sin", sin)
@@ -184,7 +185,7 @@ def build(cfg, weights, ops, with_past=False):
     x = g.op("Add", [x, pending], "x")
     last = g.op("Gather", [x, g.op("Sub", [seq, i64("one", 1)])], "last", axis=1)  # [1, D]
     last = rms_norm(last, weights["out_norm.weight"])
-    head = g.inits[0].name if cfg["tied_embeddings"] else g.const("lm_head", weights["lm_head.weight"])
+    head = tok_emb if cfg["tied_embeddings"] else g.const("lm_head", weights["lm_head.weight"])
     g.nodes.append(helper.make_node("Gemm", [last, head], ["logits"], transB=1))
     inputs = [helper.make_tensor_value_info("input_ids", TensorProto.INT64, [1, "T"])]
     outputs = [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, V])]
@@ -202,14 +203,20 @@ def build(cfg, weights, ops, with_past=False):
     return model
 
 
-def export(model_path, out_path, ops, with_past=False):
+def read_model(model_path, verify=True):
+    """(config, {name: float32 array}) of a Llama .sqdk; SystemExit naming the file if it cannot be exported."""
     try:
-        cfg, tensors = read_sqdk(model_path)
+        cfg, tensors = read_sqdk(model_path, verify=verify)
     except (OSError, ValueError, KeyError, struct.error) as e:  # missing, unreadable, truncated or not a .sqdk
         raise SystemExit(f"export_onnx.py: {model_path}: cannot read the model: {e}")
     if cfg["arch"] != "llama":
         raise SystemExit(f"export_onnx.py: {model_path}: arch '{cfg['arch']}': only llama models are exported")
-    weights = {name: np.asarray(t, dtype=np.float32) for name, t, *_ in tensors}
+    return cfg, {name: np.asarray(t, dtype=np.float32) for name, t, *_ in tensors}
+
+
+def export(model_path, out_path, ops, with_past=False, model=None):
+    """Writes the graph; model: read_model(model_path)'s result if the caller has it (several graphs, one read)."""
+    cfg, weights = model or read_model(model_path)
     if with_past and ops != "contrib":
         raise SystemExit("export_onnx.py: --with-past needs --ops contrib (GroupQueryAttention keeps the KV cache)")
     model = build(cfg, weights, ops, with_past)
