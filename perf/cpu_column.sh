@@ -156,12 +156,15 @@ summary["bench_gemm"] = gemm
 
 bench = {1: {}, 2: {}}
 bench_ratios = []  # each run's 2t ÷ 1t FMA roof
+bench_dram = {1: [], 2: []}  # each run's DRAM read roof: at T <= 128 the weights stream from DRAM as fast as it gives
 for path in sorted(glob.glob(os.path.join(out, "bench_*.json"))):
     d = load(path)
     ratio = roof_ratio(d["machine"]["roofs"], "fma_peak_gflops")
     bench_ratios.append(ratio)
     for r in d["machine"]["roofs"]:
         peaks[r["threads"]].append(r["fma_peak_gflops"])
+        if r.get("dram_read_gbs"):
+            bench_dram[r["threads"]].append(r["dram_read_gbs"])
     for res in d["results"]:
         for p in res["prefill"]:
             bench[res["threads"]].setdefault(p["tokens"], []).append(
@@ -253,8 +256,9 @@ for t in (1, 2):
         busy = {T: [v for v in vals if v[2]] for T, vals in sorted(bench[t].items())}
         note = (f"; {n_busy} on a busy host: " + " / ".join(span([v[0] for v in b]) for b in busy.values())
                 + busy_note([r for r in bench_ratios if is_busy(r)]))
+    dram = f"; the DRAM read roof in-run {span(bench_dram[t])} GB/s" if bench_dram[t] else ""
     rows.append(f"| `sqrtdk bench` prefill T = {' / '.join(str(T) for T in sorted(bench[t]))}, {t}t (% peak) | "
-                + " / ".join(cells) + f" ({len(bench_ratios) - n_busy} run(s) on a whole host{note}) |")
+                + " / ".join(cells) + f" ({len(bench_ratios) - n_busy} run(s) on a whole host{dram}{note}) |")
 if scaling:
     cells = [bold(f"{scaling[T]['ratio']:.2f}", scaling[T]["ratio"] >= 1.9 and not scaling[T]["host_busy"])
              + (" (busy host: not a verdict)" if scaling[T]["host_busy"] else "") for T in sorted(scaling)]
