@@ -337,6 +337,7 @@ int main(int argc, char** argv) {
                   isa_name(isa), bw, kernel);
   }
   out["machine"] = machine_json(roofs, timing, args.threads);  // the roofs the shares are of
+  warn_if_host_busy(roofs, "bench-attention");
   out["auto"] = {{"rule", builtin ? "built-in" : "this machine's table"}, {"worst_loss", worst_loss},
                  {"worst_at", worst_where}, {"rows", n_rows}, {"rows_within_3pct", rows_within_3pct},
                  {"tables", nlohmann::json::object()}};

@@ -280,6 +280,7 @@ OnednnInt8Inputs onednn_int8_inputs(const Case& c, const std::vector<float>& src
 void remeasure_roofs(Isa isa, const BenchArgs& args, std::map<int, MachineRoofs>& roofs) {
   for (const auto& [t, again] : measure_roofs(isa, args.threads, args.smoke))
     roofs[t] = better_roofs(roofs.at(t), again);
+  warn_if_host_busy(roofs, "bench-gemm");
 }
 
 // The --dtype bf16|q8 run: fills `out` (JSON; its "results") and returns the text table. Measures the roofs again

@@ -327,4 +327,11 @@ nlohmann::json machine_json(const std::map<int, MachineRoofs>& roofs, const std:
   return j;
 }
 
+void warn_if_host_busy(const std::map<int, MachineRoofs>& roofs, const char* bench) {
+  std::vector<MachineRoofs> list;
+  for (const auto& [t, r] : roofs) list.push_back(r);
+  if (const std::string warning = busy_host_warning(list); !warning.empty())
+    std::fprintf(stderr, "%s: warning: %s\n", bench, warning.c_str());
+}
+
 }  // namespace sqrtdk::perf

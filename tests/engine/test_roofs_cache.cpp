@@ -211,3 +211,29 @@ TEST_CASE("roofs cache: an L3 found by reading stands for \"none reported\" when
   CHECK(reused_with_l3(caches.l3, false));
   CHECK_FALSE(reused_with_l3(caches.l3 + (size_t{1} << 20), false));
 }
+
+TEST_CASE("roofs: a multi-thread FMA peak far under n times the 1-thread one says the host was busy") {
+  MachineRoofs one;
+  one.isa = Isa::avx2, one.n_threads = 1, one.peak_gflops = 250;
+  MachineRoofs two = one;
+  two.n_threads = 2;
+  two.peak_gflops = 500;  // 2.00x: quiet
+  CHECK(busy_host_warning({one, two}).empty());
+  two.peak_gflops = 440;  // 1.76x: still over kBusyHostScaling x 2 = 1.75
+  CHECK(busy_host_warning({one, two}).empty());
+  two.peak_gflops = 300;  // 1.20x: one vCPU held by another tenant
+  const std::string warning = busy_host_warning({one, two});
+  CAPTURE(warning);
+  CHECK(warning.rfind("busy host: ", 0) == 0);
+  CHECK(warning.find("2-thread FMA peak measured 1.20x the 1-thread one (300 vs 250 GFLOP/s, avx2)") !=
+        std::string::npos);
+  CHECK(machine_json({one, two}, "test").find("\"host_busy\":true") != std::string::npos);
+  // Only sets of the same ISA are compared, and a lone set has nothing to be compared with.
+  MachineRoofs two_other_isa = two;
+  two_other_isa.isa = Isa::ref;
+  CHECK(busy_host_warning({one, two_other_isa}).empty());
+  CHECK(busy_host_warning({two}).empty());
+  CHECK(busy_host_warning({one}).empty());
+  two.peak_gflops = 500;
+  CHECK(machine_json({one, two}, "test").find("\"host_busy\":false") != std::string::npos);
+}

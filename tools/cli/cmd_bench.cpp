@@ -265,6 +265,8 @@ void run(const BenchArgs& a) {
       ", per thread count";
   std::vector<MachineRoofs> all_roofs;
   for (const Row& r : rows) all_roofs.push_back(r.roofs);
+  if (const std::string busy = busy_host_warning(all_roofs); !busy.empty())
+    std::fprintf(stderr, "sqrtdk bench: warning: %s\n", busy.c_str());
   if (a.json) {
     nlohmann::json j = {{"machine", nlohmann::json::parse(machine_json(all_roofs, timing))},
                         {"decode_bytes_per_token", {{"weights", decode_bytes.weights},

@@ -90,7 +90,16 @@ RoofShare share_of_roof(double achieved, double roof, const std::string& roof_na
 // timing method (`timing`, e.g. "wall-clock median of 5 runs, warm caches") and each roof set used (threads, ISA,
 // FMA peak, BF16 and int8 dot-product peaks (null where absent), DRAM/L3/L2 read GB/s, cache sizes, and where they
 // came from: measured now or the cache).
+// It also says whether the host was busy (busy_host_warning): "host_busy" true or false, and the warning.
 std::string machine_json(const std::vector<MachineRoofs>& roofs, const std::string& timing);
+
+// Whether roofs measured at several thread counts say something else held some of the cores: a set of n > 1
+// threads whose FMA peak is under kBusyHostScaling × n × the 1-thread set's of the same ISA. Quiet 2-vCPU VMs read
+// 1.88–2.07× at 2 threads (Zen 5, 40 runs, 2026-12-02..07); with one vCPU held, 0.96–1.25×, and every 2-thread
+// figure of that stretch (bench-gemm at "2.46x oneDNN", a 2t ÷ 1t of 1.31) means nothing. Returns "" (no such
+// pair, or none under) or one line naming the figures, for a benchmark to print beside its results.
+inline constexpr double kBusyHostScaling = 0.875;
+std::string busy_host_warning(const std::vector<MachineRoofs>& roofs);
 
 struct OpStats {
   std::string phase;  // "prefill", "decode", ...

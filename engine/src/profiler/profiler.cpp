@@ -149,7 +149,32 @@ std::string machine_json(const std::vector<MachineRoofs>& roofs, const std::stri
                           {"l1d_bytes_per_core", r.l1d_bytes}, {"l2_bytes_per_core", r.l2_bytes},
                           {"l3_bytes", r.l3_bytes}, {"l3_found_by_reading", r.l3_found_by_reading},
                           {"source", r.source}});
+  const std::string busy = busy_host_warning(roofs);
+  j["host_busy"] = !busy.empty();
+  if (!busy.empty()) j["host_busy_note"] = busy;
   return j.dump();
+}
+
+std::string busy_host_warning(const std::vector<MachineRoofs>& roofs) {
+  std::string warning;
+  for (const MachineRoofs& one : roofs) {
+    if (one.n_threads != 1 || !(one.peak_gflops > 0)) continue;
+    for (const MachineRoofs& many : roofs) {
+      if (many.n_threads <= 1 || many.isa != one.isa) continue;
+      const double scaling = many.peak_gflops / one.peak_gflops;
+      if (scaling >= kBusyHostScaling * many.n_threads) continue;
+      warning += std::string(warning.empty() ? "" : "; ") + "the " + std::to_string(many.n_threads) +
+                 "-thread FMA peak measured " + fmt("%.2f", scaling) + "x the 1-thread one (" +
+                 fmt("%.0f", many.peak_gflops) + " vs " + fmt("%.0f", one.peak_gflops) + " GFLOP/s, " +
+                 isa_name(one.isa) + ")";
+    }
+  }
+  if (!warning.empty())
+    warning = "busy host: " + warning +
+              ": something else (another process, or another tenant of a shared VM) held some of the cores while "
+              "the roofs were measured; figures at more than one thread from this run are not comparable with a "
+              "quiet run's";
+  return warning;
 }
 
 namespace profiler_detail {
