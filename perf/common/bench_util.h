@@ -142,7 +142,7 @@ std::string fmt(double v, int precision = 1);
 // benchmark that quotes none; the engine's machine_json).
 nlohmann::json machine_json(const std::map<int, MachineRoofs>& roofs, const std::string& timing,
                             const std::vector<int>& threads);
-// Prints busy_host_warning's line to stderr ("<bench>: warning: busy host: ...") when the roofs say another tenant
+// Prints busy_host_warning's line to stderr ("<bench>: warning: busy host: ...") when the roofs say something else
 // held cores while they were measured; the JSON's machine record carries it as "host_busy".
 void warn_if_host_busy(const std::map<int, MachineRoofs>& roofs, const char* bench);
 
