@@ -123,8 +123,18 @@ inline void prefetch_tile_operands(float* c, size_t ldc, const GemmCall* last, s
 
 // See the contract at the top. `last`: the call whose epilogue to apply (nullptr if not the last K slice);
 // (m_global, n_global): the tile's origin in dst, for the epilogue operands.
-// Rows of the panel the decode and streaming kernels prefetch ahead of its loads (reading past the panel's end only prefetches).
+// Rows of the panel the decode kernel prefetches ahead of its loads (reading past the panel's end only prefetches).
 inline constexpr size_t kDecodePrefetchRows = 8;
+// The streaming microkernels' (short prompts, M <= kStreamMaxRows) distance: 32 rows of 64 floats, 8 KiB, a sixth of
+// a 48 KiB L1d (a quarter of a 32 KiB one). Their panel should already be in L2 (the previous panel's
+// next-panel prefetch), so this L1 prefetch covers L2 latency and any line that prefetch missed; at 8 rows (2 KiB,
+// about 25 ns of FMAs) it covered neither. Interleaved `sqrtdk profile` pairs on the 134M Llama, AMD EPYC Zen 5,
+// 2026-12-07: T = 32 at 1 thread 28.32 -> 27.38 ms (12 of 12 faster) and 27.67 -> 27.16 (12 of 16), at 2 threads
+// -0.4 to -1.4%; T = 64 neutral (-0.5% / -1.9%, +3.7% in a noisier hour); warm bench-gemm at M = 32 unchanged
+// against oneDNN; batched decode (bench-batch, 1 thread, 6 pairs) 8 streams -2.5%, 32 streams -0.5%, within its
+// noise. 64 rows read alike at T = 32 (-3.9%, then worse than 32 in a direct pair); 128 rows (32 KiB) were
+// 9% slower: the prefetched lines evicted the ones in use.
+inline constexpr size_t kStreamPrefetchRows = 32;
 inline constexpr size_t kFloatsPerLine = 64 / sizeof(float);
 
 // Calls of at most this many rows use the streaming (prefetching) microkernels. Measured on the Xeon (Emerald
@@ -172,7 +182,7 @@ void gemm_ukernel(size_t kc, const float* __restrict a, size_t lda, const float*
     if (k < next_lines) __builtin_prefetch(next + k * kFloatsPerLine, 0, 2);  // prefetcht1: into L2
     if constexpr (Stream) {
 #pragma GCC unroll 8
-      for (int j = 0; j < NV; ++j) __builtin_prefetch(b + (k + kDecodePrefetchRows) * NR + j * L);
+      for (int j = 0; j < NV; ++j) __builtin_prefetch(b + (k + kStreamPrefetchRows) * NR + j * L);
     }
     V bv[NV];
 #pragma GCC unroll 8
