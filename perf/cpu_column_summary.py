@@ -29,7 +29,7 @@ def column(out):
     # threads (bench-gemm and `sqrtdk bench` before and after their cases, the higher kept; bench-machine probes around
     # the profile pairs); a run whose 2-thread roof is under BUSY_BELOW x its 1-thread one is shown apart and left out
     # of the verdicts. Quiet runs on Zen 5 read 1.88-2.07 (40 runs, 2026-12-02..07); the busy stretch of 2026-12-07's
-    # fifth sitting read 0.96-1.22.
+    # fifth sitting read 0.96-1.25.
     BUSY_BELOW = 1.75  # 2 x kBusyHostScaling (<sqrtdk/profiler.h>: busy_host_warning, the tools' own warning)
 
     def roof_ratio(roofs, key):
