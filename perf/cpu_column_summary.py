@@ -25,19 +25,16 @@ def column(out):
         return fmt.format(lo) if fmt.format(lo) == fmt.format(hi) else fmt.format(lo) + "–" + fmt.format(hi)
 
     # A busy host: on a shared VM another tenant can hold one of our two vCPUs for minutes, and every 2-thread figure of
-    # that stretch means nothing (bench-gemm "2.46x oneDNN", a 2t/1t of 1.31). Each run measures its FMA roof at 1 and 2
-    # threads (bench-gemm and `sqrtdk bench` before and after their cases, the higher kept; bench-machine probes around
-    # the profile pairs); a run whose 2-thread roof is under BUSY_BELOW x its 1-thread one is shown apart and left out
-    # of the verdicts. Quiet runs on Zen 5 read 1.88-2.07 (40 runs, 2026-12-02..07); the busy stretch of 2026-12-07's
-    # fifth sitting read 0.96-1.25.
-    BUSY_BELOW = 1.75  # 2 x kBusyHostScaling (<sqrtdk/profiler.h>: busy_host_warning, the tools' own warning)
-
+    # that stretch means nothing (bench-gemm "2.46x oneDNN", a 2t/1t of 1.31). Each run's JSON says so itself: its
+    # machine record's "host_busy" (busy_host_warning in <sqrtdk/profiler.h>, on the FMA roofs bench-gemm and `sqrtdk
+    # bench` measure before and after their cases, and bench-machine's probes around the profile pairs). Such a run is
+    # shown apart and left out of the verdicts; the 2t ÷ 1t roof ratios below are for the reader.
     def roof_ratio(roofs, key):
         by_t = {r["threads"]: r.get(key) for r in roofs}
         return by_t[2] / by_t[1] if by_t.get(1) and by_t.get(2) else None  # None: a one-thread (--smoke) run
 
-    def is_busy(ratio):
-        return ratio is not None and ratio < BUSY_BELOW
+    def host_busy(doc):
+        return bool(doc["machine"].get("host_busy"))
 
     peaks = {1: [], 2: []}
     gemm = {1: [], 2: []}
@@ -58,16 +55,17 @@ def column(out):
             gemm[t].append({"shapes": len(res), "median": statistics.median(ratios), "worst": min(ratios),
                             "below_0_9": sum(x < 0.9 for x in ratios),
                             "pct_peak_median": statistics.median(pcts) if pcts else None,
-                            "above_roof": len(res) - len(pcts), "peak_2t_over_1t": ratio, "host_busy": is_busy(ratio)})
+                            "above_roof": len(res) - len(pcts), "peak_2t_over_1t": ratio, "host_busy": host_busy(d)})
     summary["bench_gemm"] = gemm
 
     bench = {1: {}, 2: {}}
-    bench_ratios = []  # each run's 2t ÷ 1t FMA roof
+    bench_ratios, bench_busy = [], []  # each run's 2t ÷ 1t FMA roof, and whether the host was busy
     bench_dram = {1: [], 2: []}  # each run's DRAM read roof: at T <= 128 the weights stream from DRAM as fast as it gives
     for path in sorted(glob.glob(os.path.join(out, "bench_*.json"))):
         d = load(path)
         ratio = roof_ratio(d["machine"]["roofs"], "fma_peak_gflops")
         bench_ratios.append(ratio)
+        bench_busy.append(host_busy(d))
         for r in d["machine"]["roofs"]:
             peaks[r["threads"]].append(r["fma_peak_gflops"])
             if r.get("dram_read_gbs"):
@@ -75,7 +73,7 @@ def column(out):
         for res in d["results"]:
             for p in res["prefill"]:
                 bench[res["threads"]].setdefault(p["tokens"], []).append(
-                    (p["tokens_per_s"], p["pct_of_roofline"], is_busy(ratio)))
+                    (p["tokens_per_s"], p["pct_of_roofline"], bench_busy[-1]))
     summary["sqrtdk_bench"] = {t: {T: {"tokens_per_s": [v[0] for v in vals], "pct_of_fma_peak": [v[1] for v in vals],
                                        "host_busy": [v[2] for v in vals]}
                                     for T, vals in by_t.items()} for t, by_t in bench.items()}
@@ -84,12 +82,13 @@ def column(out):
     def prefill_seconds(path):
         return load(path)["phases"]["prefill"]["seconds"]
 
-    def probe(n):  # bench-machine's roofs around the pairs: (FMA 2t ÷ 1t, DRAM read 2t ÷ 1t)
+    def probe(n):  # bench-machine around the pairs: (FMA 2t ÷ 1t, DRAM read 2t ÷ 1t, host busy)
         path = os.path.join(out, f"probe_{n}.json")
         if not os.path.exists(path):
-            return None, None
-        roofs = load(path)["machine"]["roofs"]
-        return roof_ratio(roofs, "fma_peak_gflops"), roof_ratio(roofs, "dram_read_gbs")
+            return None, None, False
+        d = load(path)
+        roofs = d["machine"]["roofs"]
+        return roof_ratio(roofs, "fma_peak_gflops"), roof_ratio(roofs, "dram_read_gbs"), host_busy(d)
 
     scaling = {}
     for T, probes in ((128, (1, 2)), (512, (2, 3))):
@@ -97,11 +96,11 @@ def column(out):
         two = [prefill_seconds(p) for p in sorted(glob.glob(os.path.join(out, f"profile_T{T}_t2_*.json")))]
         if one and two:
             host = [probe(n) for n in probes]
-            fma = [f for f, _ in host if f is not None]
-            dram = [m for _, m in host if m is not None]
+            fma = [f for f, _, _ in host if f is not None]
+            dram = [m for _, m, _ in host if m is not None]
             scaling[T] = {"pairs": len(one), "t1_ms": 1e3 * statistics.median(one), "t2_ms": 1e3 * statistics.median(two),
                           "ratio": statistics.median(one) / statistics.median(two),
-                          "host_fma_2t_over_1t": fma, "host_dram_2t_over_1t": dram, "host_busy": any(map(is_busy, fma))}
+                          "host_fma_2t_over_1t": fma, "host_dram_2t_over_1t": dram, "host_busy": any(b for _, _, b in host)}
     summary["scaling_2t_over_1t"] = scaling
 
     if os.path.exists(os.path.join(out, "attention.json")):
@@ -157,12 +156,12 @@ def column(out):
                 continue
             med = statistics.median(pct)
             cells.append(bold(f"{span(tok)} ({span(pct)}%, median {med:.0f}%)", med >= targets.get(T, 0)))
-        n_busy = sum(is_busy(r) for r in bench_ratios)
+        n_busy = sum(bench_busy)
         note = ""
         if n_busy:
             busy = {T: [v for v in vals if v[2]] for T, vals in sorted(bench[t].items())}
             note = (f"; {n_busy} on a busy host: " + " / ".join(span([v[0] for v in b]) for b in busy.values())
-                    + busy_note([r for r in bench_ratios if is_busy(r)]))
+                    + busy_note([r for r, b in zip(bench_ratios, bench_busy) if b]))
         dram = f"; the DRAM read roof in-run {span(bench_dram[t])} GB/s" if bench_dram[t] else ""
         rows.append(f"| `sqrtdk bench` prefill T = {' / '.join(str(T) for T in sorted(bench[t]))}, {t}t (% peak) | "
                     + " / ".join(cells) + f" ({len(bench_ratios) - n_busy} run(s) on a whole host{dram}{note}) |")
@@ -195,11 +194,11 @@ def column(out):
 
 # ---- --self-test: synthetic folders with a known verdict ----
 
-def _roofs(fma1, fma2, dram1=40.0, dram2=50.0):
-    return [{"threads": 1, "fma_peak_gflops": fma1, "dram_read_gbs": dram1, "l1d_bytes_per_core": 48 << 10,
-             "l2_bytes_per_core": 1 << 20},
-            {"threads": 2, "fma_peak_gflops": fma2, "dram_read_gbs": dram2, "l1d_bytes_per_core": 48 << 10,
-             "l2_bytes_per_core": 1 << 20}]
+def _machine(fma1, fma2, busy, dram1=40.0, dram2=50.0):
+    # A tool's machine record: its roofs, and its own verdict on them ("host_busy", as busy_host_warning gives it).
+    roofs = [{"threads": t, "fma_peak_gflops": fma, "dram_read_gbs": dram, "l1d_bytes_per_core": 48 << 10,
+              "l2_bytes_per_core": 1 << 20} for t, fma, dram in ((1, fma1, dram1), (2, fma2, dram2))]
+    return {"roofs": roofs, "host_busy": busy}
 
 
 def _write_folder(path, busy_gemm, busy_bench, busy_probe3):
@@ -210,19 +209,19 @@ def _write_folder(path, busy_gemm, busy_bench, busy_probe3):
         # A quiet run at 1.05x oneDNN; a busy run at 2.40x (oneDNN lost a core) on a 2t roof 1.04x the 1t one.
         ratio = 2.40 if busy else 1.05
         results = [{"threads": t, "ratio_onednn": 1.05 if t == 1 else ratio, "pct_peak": 90.0} for t in (1, 2)]
-        dump(f"gemm_{i}.json", {"machine": {"roofs": _roofs(250, 260 if busy else 500)}, "results": results})
+        dump(f"gemm_{i}.json", {"machine": _machine(250, 260 if busy else 500, busy), "results": results})
     for i, busy in enumerate(busy_bench, 1):
         pct = 30.0 if busy else 80.0
         results = [{"threads": t, "prefill": [{"tokens": T, "tokens_per_s": 1000.0, "pct_of_roofline": pct}
                                               for T in (32, 128, 512)]} for t in (1, 2)]
-        dump(f"bench_{i}.json", {"machine": {"roofs": _roofs(250, 260 if busy else 500)}, "results": results})
+        dump(f"bench_{i}.json", {"machine": _machine(250, 260 if busy else 500, busy), "results": results})
     for T, t2 in ((128, 0.052), (512, 0.205)):  # 2t ÷ 1t: 1.92 and 1.95
         for i in (1, 2):
             for t, seconds in ((1, 0.1 * T / 128), (2, t2)):
                 dump(f"profile_T{T}_t{t}_{i}.json", {"phases": {"prefill": {"seconds": seconds}}})
     for n in (1, 2, 3):
         busy = n == 3 and busy_probe3
-        dump(f"probe_{n}.json", {"machine": {"roofs": _roofs(250, 255 if busy else 500, 40, 44)}})
+        dump(f"probe_{n}.json", {"machine": _machine(250, 255 if busy else 500, busy, 40, 44)})
 
 
 def self_test():
