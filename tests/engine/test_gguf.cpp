@@ -688,7 +688,7 @@ TEST_CASE("cli: sqrtdk convert takes a GGUF file by its magic, whatever its name
   CHECK(run(dir.file("fake.gguf"), dir.file("f.sqdk")) == 2);
   std::ifstream err(dir.file("err.txt"));
   const std::string text((std::istreambuf_iterator<char>(err)), std::istreambuf_iterator<char>());
-  CHECK(text.find("not a folder") != std::string::npos);
+  CHECK(text.find("not a .sqdk file (magic SQDK), a GGUF file (magic GGUF)") != std::string::npos);
   // A hostile GGUF: exit 2, one line naming the tensor.
   Builder b = fixture_builder("gpt2-f32.gguf");
   b.tensor("blk.1.ffn_up.weight")->type = 12;

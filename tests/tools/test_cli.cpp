@@ -2,6 +2,7 @@
 // name the option or the file, --help with examples on every subcommand, and every subcommand running with no
 // arguments on the bundled model. Runs bin/sqrtdk as a child process (skipped if it is not built).
 #include "tests/common/files.h"
+#include "tests/common/sanitizer.h"
 #include "tests/common/temp_dir.h"
 #include "tests/common/toy_model.h"
 
@@ -134,8 +135,104 @@ TEST_CASE("cli: usage errors exit 1 with one line on stderr naming the option") 
       {"attention-map --max-svg-mb -1", "--max-svg-mb"},
       {"bench --prefill 0 --threads 1 --reps 1", "--prefill"},  // was exit 2 "prefill: no tokens"
       {"generate --seed abc", "--seed: 'abc' is not a value"},
+      // An empty value is a mistake (an unset shell variable), never a silent "not given": it used to run the
+      // default prompt, load the bundled model, or encode instead of decode.
+      {"run --tokens ''", "--tokens: expected comma-separated token ids, got ''"},
+      {"run -m ''", "--model: expected a model file"},
+      {"generate --model ''", "--model"},
+      {"inspect ''", "a model file"},
+      {"convert x.sqdk -o ''", "--output: expected an output file"},
+      {"tokenize --decode ''", "--decode"},
+      {"run --tokens 1,2,", "ends with a comma"},  // "1,,2" was refused, "1,2," passed as "1,2"
+      {"generate --stop ,", "--stop-text"},         // comma-only text reads as ids: point at the text option
+      {"generate --stop-text ''", "--stop-text: an empty stop string"},
+      // Values above at_least's hidden ceiling say it (was "expected a number ≥ 0, got '1e19'").
+      {"generate --temperature 1e19", "≤ 1e+18"},
+      // Sentinels are defaults, not values: -1 "every head", -2 "the default id", a negative or NaN RoPE base.
+      {"attention-map --head -1", "--head"},
+      {"make-toy -o x.sqdk --arch llama --seed 1 --bos -2", "--bos: expected an integer ≥ -1 and ≤ 4294967294"},
+      {"make-toy -o x.sqdk --arch llama --seed 1 --rope-theta -5", "--rope-theta"},
+      {"make-toy -o x.sqdk --arch llama --seed 1 --rope-theta nan", "--rope-theta"},
+      // compare scores a position by the next token: a window or a run of one token has nothing to score.
+      {"compare a.sqdk b.sqdk --window 1", "--window"},
+      {"compare a.sqdk b.sqdk --random-tokens 0", "--random-tokens"},
+      {"compare a.sqdk b.sqdk -t -5", "--threads"},
   };
   expect_one_line_errors(dir, cases, 1, "sqrtdk: usage error: ", "--help");  // and says where to look
+}
+
+TEST_CASE("cli: errors name their real cause, and output that did not reach stdout is an error") {
+  if (!std::filesystem::exists(kCli)) return;
+  TempDir dir;
+  // A bad SQRTDK_GEMM_BLOCKING is the environment's: it was reported as the first tensor's "packing failed".
+  const CliResult blocking = run_cli(dir, "run -t 1 --tokens 1,2", "SQRTDK_GEMM_BLOCKING=garbage");
+  CAPTURE(blocking.err);
+  CHECK(blocking.exit_code == 2);
+  CHECK(lines(blocking.err) == 1);
+  CHECK(blocking.err.rfind("sqrtdk: error: SQRTDK_GEMM_BLOCKING='garbage'", 0) == 0);
+  CHECK_FALSE(contains(blocking.err, "tensor"));
+  // A prompt longer than the context is refused before it is echoed (it was printed, then the error came).
+  const CliResult longer = run_cli(dir, "generate -t 1 -n 2 --prompt '" + std::string(300, 'a') + "'");
+  CAPTURE(longer.err);
+  CHECK(longer.exit_code == 2);
+  CHECK(longer.out.empty());
+  CHECK(contains(longer.err, "more than the model's context of 256"));
+  // A model that cannot fit in memory is refused with its size before any allocation (was a bare bad_alloc).
+  const CliResult huge = run_cli(dir, "make-toy -o '" + dir.file("huge.sqdk") +
+                                          "' --arch llama --seed 1 --d-model 4096 --n-layers 4096");
+  CAPTURE(huge.err);
+  CHECK(huge.exit_code == 2);
+  CHECK(contains(huge.err, "GB of f32 weights"));
+  CHECK_FALSE(std::filesystem::exists(dir.file("huge.sqdk")));
+  const CliResult keys = run_cli(dir, "explain-scaling --dk 65536 --keys 65536 --samples 2 -t 1");
+  CHECK(keys.exit_code == 2);
+  CHECK(contains(keys.err, "MiB of keys per block"));
+  const CliResult text_dir = run_cli(dir, "compare a.sqdk b.sqdk --text '" + dir.path().string() + "'");
+  CHECK(text_dir.exit_code == 2);
+  // (the models load first: a missing a.sqdk is named before the text; either names the real culprit)
+  CHECK((contains(text_dir.err, "a.sqdk") || contains(text_dir.err, "is a directory")));
+  // A file that is neither .sqdk nor GGUF was "not a folder" (the folder importer's words).
+  const std::string odd = dir.file("odd.bin");
+  std::ofstream(odd) << "GGUXnot a model";
+  const CliResult convert = run_cli(dir, "convert '" + odd + "' -o '" + dir.file("o.sqdk") + "'");
+  CHECK(convert.exit_code == 2);
+  CHECK(contains(convert.err, "not a .sqdk file (magic SQDK), a GGUF file (magic GGUF) or a Hugging Face"));
+  // An output path that cannot be written is exit 2 from every subcommand (attention-map and explain-scaling said 3).
+  for (const std::string args : {"attention-map --no-png -t 1 -o /nonexistent-dir/x.svg",
+                                 "explain-scaling --dk 2 --keys 4 --samples 8 --svg /nonexistent-dir/x.svg",
+                                 "make-toy --arch llama --seed 1 -o /nonexistent-dir/x.sqdk"}) {
+    CAPTURE(args);
+    const CliResult r = run_cli(dir, args);
+    CHECK(r.exit_code == 2);
+    CHECK(contains(r.err, "/nonexistent-dir/x."));
+  }
+  // Output lost to a full disk is exit 3, not 0 with the results cut short.
+  if (std::filesystem::exists("/dev/full")) {
+    for (const std::string args : {"run -t 1 --json", "inspect --json", "--help", "generate -t 1 -n 3"}) {
+      CAPTURE(args);
+      const std::string err = dir.file("full_err.txt");
+      const int status = std::system(("'" + kCli + "' " + args + " >/dev/full 2>'" + err + "' </dev/null").c_str());
+      CHECK(WIFEXITED(status));
+      CHECK(WEXITSTATUS(status) == 3);
+      CHECK(contains(slurp(err), "writing to standard output failed"));
+    }
+  }
+}
+
+TEST_CASE("cli: explain-scaling's memory stays bounded at the largest key count it takes") {
+  if (!std::filesystem::exists(kCli)) return;
+  TempDir dir;
+  // 65 536 keys used to mean 65 536 × 65 536 scores and probabilities (32 GiB) per block; blocks now hold at most
+  // 64 MiB of each. Under a 2 GiB address-space limit (the sanitizers' shadow memory needs more: skipped there).
+  if (kUnderSanitizer) return;
+  const std::string out = dir.file("es_out.txt"), err = dir.file("es_err.txt");
+  const std::string cmd = "ulimit -v 2097152; '" + kCli + "' explain-scaling --dk 2 --keys 65536 --samples 300 -t 1 >'" +
+                          out + "' 2>'" + err + "' </dev/null";
+  const int status = std::system(cmd.c_str());
+  CAPTURE(slurp(err));
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  CHECK(contains(slurp(out), "65536"));
 }
 
 TEST_CASE("cli: bad input exits 2 with one line naming the file or the token") {
@@ -321,7 +418,24 @@ TEST_CASE("cli: NaN logits are a clear error, never a silent 'p = nan'") {
     CHECK(gen.exit_code == 2);
     CHECK(lines(gen.err) == 1);
     CHECK(contains(gen.err, "NaN"));
+    CHECK(contains(gen.err, model));  // which model made them
   }
+  // compare and attention-map reported NaN logits as results: KL 0 ("a perfect match") and maps of "nan" cells.
+  const std::string ok = dir.file("ok.sqdk");
+  write_toy_model(ok, toy_llama_config(), 5);
+  const CliResult cmp = run_cli(dir, "compare '" + ok + "' '" + model + "' -t 1 --random-tokens 16");
+  CAPTURE(cmp.err);
+  CHECK(cmp.exit_code == 2);
+  CHECK(lines(cmp.err) == 1);
+  CHECK(contains(cmp.err, model));
+  CHECK(contains(cmp.err, "non-finite"));
+  CHECK_FALSE(contains(cmp.out, "nan"));
+  const CliResult map = run_cli(dir, "attention-map --no-png --tokens 1,2,3 -t 1 --model '" + model + "' --out '" +
+                                         dir.file("nan.svg") + "'");
+  CAPTURE(map.err);
+  CHECK(map.exit_code == 2);
+  CHECK(contains(map.err, model));
+  CHECK(contains(map.err, "non-finite"));
 }
 
 TEST_CASE("cli: --help on every subcommand exits 0 and shows examples") {

@@ -15,7 +15,9 @@
 namespace sqrtdk::cli {
 
 void ModelArgs::add_to(CLI::App& cmd, bool with_threads, bool with_attention_paths) {
-  cmd.add_option("-m,--model", model, "model file (.sqdk); default: the bundled model")->capture_default_str();
+  cmd.add_option("-m,--model", model, "model file (.sqdk); default: the bundled model")
+      ->check(non_empty("a model file"))
+      ->capture_default_str();
   if (with_threads) cmd.add_option("-t,--threads", threads, "threads (0: all cores)")->check(number_in(0, 1024));
   cmd.add_option("--isa", isa, "force an ISA: ref, avx2, avx512 (default: best, or SQRTDK_ISA)")
       ->check(isa_name_check());
@@ -42,7 +44,8 @@ std::shared_ptr<const Model> ModelArgs::load() const {
   ModelOptions options;
   options.load.verify_checksums = !no_verify;
   options.load.check_finite = check_finite;
-  options.load.max_bytes = static_cast<uint64_t>(max_model_mb * 1048576.0);
+  // Rounded up: a cap under one byte is still a cap (0 alone means none).
+  options.load.max_bytes = static_cast<uint64_t>(std::ceil(max_model_mb * 1048576.0));
   options.n_threads = threads;
   if (!isa.empty()) options.isa = static_cast<int>(parse_isa(isa));
   options.attention_paths = parse_attention_paths(attention_paths);
@@ -54,7 +57,9 @@ std::shared_ptr<const Model> ModelArgs::load() const {
 void PromptArgs::add_to(CLI::App& cmd, const std::string& default_prompt) {
   prompt = default_prompt;
   auto* p = cmd.add_option("-p,--prompt", prompt, "prompt text (models with a tokenizer)")->capture_default_str();
-  cmd.add_option("--tokens", tokens, "prompt as comma-separated token ids, e.g. 5,17,42")->excludes(p);
+  cmd.add_option("--tokens", tokens, "prompt as comma-separated token ids, e.g. 5,17,42")
+      ->check(non_empty("comma-separated token ids"))
+      ->excludes(p);
 }
 
 std::vector<uint32_t> parse_token_list(const std::string& text, const std::string& flag) {
@@ -69,12 +74,14 @@ std::vector<uint32_t> parse_token_list(const std::string& text, const std::strin
       used = 0;
     }
     if (used == 0 || used != item.size() || v > 0xFFFFFFFEull)
-      throw CLI::ValidationError(flag, "'" + item + "' is not a" + (flag == "--tokens" || flag == "--stop"
-                                                                         ? " token id"
-                                                                         : "n integer ≥ 0"));
+      throw CLI::ValidationError(flag, "'" + item + "' is not a" +
+                                           (flag == "--tokens" || flag == "--stop" ? " token id" : "n integer ≥ 0") +
+                                           (flag == "--stop" ? " (stop at a text: --stop-text)" : ""));
     ids.push_back(static_cast<uint32_t>(v));
   }
   if (ids.empty()) throw CLI::ValidationError(flag, "no values given");
+  // getline drops an empty last item: "1,2," would pass as "1,2" where "1,,2" is refused.
+  if (text.back() == ',') throw CLI::ValidationError(flag, "'" + text + "' ends with a comma");
   return ids;
 }
 
@@ -171,6 +178,7 @@ std::vector<uint32_t> synthetic_tokens(const ModelConfig& config, size_t n) {
 
 CLI::Validator number_in(double lo, double hi, bool integer, bool lo_open) {
   auto fmt = [](double v) {
+    if (v == std::floor(v) && std::fabs(v) < 1e15) return std::to_string(static_cast<long long>(v));  // 4294967294
     std::ostringstream o;
     o << v;
     return o.str();
@@ -188,9 +196,19 @@ CLI::Validator number_in(double lo, double hi, bool integer, bool lo_open) {
         }
         const bool ok = used == text.size() && used > 0 && std::isfinite(v) && (lo_open ? v > lo : v >= lo) &&
                         v <= hi && (!integer || v == std::floor(v));
-        return ok ? std::string() : "expected " + expected + ", got '" + text + "'";
+        if (ok) return std::string();
+        // at_least's ceiling (1e18: what still converts to every integer option's type) is not in `expected`;
+        // a value above it is told so, not "expected a number ≥ 0".
+        const bool above = used == text.size() && used > 0 && std::isfinite(v) && v > hi && hi >= 1e18;
+        return "expected " + expected + (above ? " and ≤ " + fmt(hi) : "") + ", got '" + text + "'";
       },
       expected);
+}
+
+CLI::Validator non_empty(const std::string& what) {
+  return CLI::Validator(
+      [what](std::string& text) -> std::string { return text.empty() ? "expected " + what + ", got ''" : ""; },
+      "");
 }
 
 CLI::Validator isa_name_check() {

@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <fcntl.h>
@@ -119,6 +120,15 @@ void run(const MapArgs& a) {
   so.n_threads = a.model.threads;
   Session session(model, so);
   const AttentionMap map = capture_attention_map(session, tokens, a.layer, static_cast<float>(a.scale));
+  // A NaN weight upstream makes NaN probabilities: a map of "nan" cells and entropy 0 must not pass as a result.
+  for (size_t i = 0; i < map.probs.size(); ++i)
+    if (!std::isfinite(map.probs[i])) {
+      const size_t per_head = map.n_queries * map.n_keys;
+      throw Error(model->path() + ": layer " + std::to_string(a.layer) + ", head " + std::to_string(i / per_head) +
+                  ": attention probabilities came out non-finite (query " +
+                  std::to_string(i % per_head / map.n_keys) +
+                  "): the model produced non-finite values (--check-finite names a NaN or Inf weight)");
+    }
 
   std::vector<std::string> labels;
   for (uint32_t id : tokens) labels.push_back(label_of(*model, id));
@@ -154,7 +164,7 @@ void run(const MapArgs& a) {
   }
   {
     std::ofstream out(a.out, std::ios::binary);
-    if (!(out << svg) || !out.flush()) throw std::runtime_error(a.out + ": cannot write");
+    if (!(out << svg) || !out.flush()) throw Error(a.out + ": cannot write");  // exit 2, as every output path
   }
   std::string png_note, png;
   if (!a.no_png) png = write_png(a.out, png_note);
@@ -196,12 +206,13 @@ void add_attention_map_command(CLI::App& app) {
   a->model.add_to(*cmd);
   a->prompt.add_to(*cmd, "The quick brown fox");
   cmd->add_option("-l,--layer", a->layer, "layer to show")->capture_default_str();
-  cmd->add_option("--head", a->head, "one head to show (default: every head of the layer)");
+  cmd->add_option("--head", a->head, "one head to show (default: every head of the layer)")
+      ->check(number_in(0, 65535));  // -1, "every head", is the default, not a value to pass
   cmd->add_option("--scale", a->scale,
                   "multiply q·k by this instead of the model's scale (1/sqrt(head_dim) unless the file sets "
                   "attention_scale), e.g. 1")
       ->check(number_in(1e-30, 1e30, false));
-  cmd->add_option("-o,--out", a->out, "SVG file to write")->capture_default_str();
+  cmd->add_option("-o,--out", a->out, "SVG file to write")->check(non_empty("an output file"))->capture_default_str();
   cmd->add_option("--max-svg-mb", a->max_svg_mb, "refuse to write an SVG larger than this (MB; 0 = no cap)")
       ->check(at_least(0, false))
       ->capture_default_str();

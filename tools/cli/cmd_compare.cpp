@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -33,11 +34,24 @@ struct CompareArgs {
 };
 
 std::string read_file(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw Error(ErrorKind::bad_input, "compare: --text '" + path + "' is a directory, not a text file");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw Error(ErrorKind::bad_input, "compare: cannot read --text file '" + path + "'");
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
+}
+
+// Every logit of one window's positions must be finite: a NaN or Inf makes the measures NaN or, worse, a KL of 0
+// that reads as a perfect match. The model that made it is named (exit 2, as run and generate do).
+void require_finite_logits(std::span<const float> logits, size_t vocab, const std::string& model, size_t w0) {
+  for (size_t i = 0; i < logits.size(); ++i)
+    if (!std::isfinite(logits[i]))
+      throw Error(model + ": logit " + std::to_string(logits[i]) + " at id " + std::to_string(i % vocab) +
+                  ", position " + std::to_string(w0 + i / vocab) +
+                  ": the model produced non-finite values (--check-finite names a NaN or Inf weight)");
 }
 
 void run_compare(const CompareArgs& a) {
@@ -86,6 +100,7 @@ void run_compare(const CompareArgs& a) {
     ++windows;
     sessions[0].reset();
     const std::span<const float> r = sessions[0].prefill(win, /*all_logits=*/true);
+    require_finite_logits(r, vocab, a.models[0], w0);
     ref_logits.assign(r.begin(), r.end());
     for (size_t p = 0; p + 1 < len; ++p) bytes_scored += token_bytes.empty() ? 0 : token_bytes[w0 + p + 1];
     for (size_t i = 0; i < models.size(); ++i) {
@@ -93,6 +108,7 @@ void run_compare(const CompareArgs& a) {
       if (i > 0) {
         sessions[i].reset();
         o = sessions[i].prefill(win, true);
+        require_finite_logits(o, vocab, a.models[i], w0);
       }
       for (size_t p = 0; p < len; ++p)
         result[i].add(std::span<const float>(ref_logits.data() + p * vocab, vocab), o.subspan(p * vocab, vocab),
@@ -159,12 +175,16 @@ void add_compare_command(CLI::App& app) {
       "  sqrtdk compare random.sqdk random-q8.sqdk --random-tokens 1024 --json");
   sub->add_option("models", a->models, "reference model, then the models to compare with it")->required()->expected(2, -1);
   auto* text = sub->add_option("--text", a->text, "score this text file (bits per byte; needs a tokenizer)");
+  // A window scores each position by the next token, so it needs two tokens; so does the whole run.
   sub->add_option("--random-tokens", a->random_tokens, "compare on N uniform random token ids (default 512)")
+      ->check(at_least(2))
       ->excludes(text);
   sub->add_option("--seed", a->seed, "seed of the random tokens")->capture_default_str();
-  sub->add_option("--window", a->window, "positions per window (default: min(max_seq, 512))");
-  sub->add_option("--max-tokens", a->max_tokens, "use at most this many tokens of the text")->capture_default_str();
-  sub->add_option("-t,--threads", a->threads, "threads (0 = default)");
+  sub->add_option("--window", a->window, "positions per window (default: min(max_seq, 512))")->check(at_least(2));
+  sub->add_option("--max-tokens", a->max_tokens, "use at most this many tokens of the text")
+      ->check(at_least(2))
+      ->capture_default_str();
+  sub->add_option("-t,--threads", a->threads, "threads (0 = default)")->check(number_in(0, 1024));
   sub->add_flag("--json", a->json, "print JSON");
   sub->callback([a] { run_compare(*a); });
 }

@@ -7,6 +7,7 @@
 #include "tools/cli/cli_util.h"
 #include "tools/cli/commands.h"
 
+#include <sqrtdk/error.h>
 #include <sqrtdk/format.h>
 
 #include <sqrtdk/convert.h>
@@ -46,6 +47,12 @@ void run_convert(const ConvertArgs& a) {
     if (!progress) progress = std::make_unique<Progress>("converting", static_cast<size_t>(total), a.quiet);
     progress->update(static_cast<size_t>(done));
   };
+  // What is neither magic nor a folder: say what was looked for (the folder importer alone said "not a folder").
+  std::error_code ec;
+  if (std::filesystem::exists(a.input, ec) && !std::filesystem::is_directory(a.input, ec) &&
+      !file_starts_with(a.input, "GGUF") && !file_starts_with(a.input, "SQDK"))
+    throw Error(ErrorKind::bad_file, a.input + ": not a .sqdk file (magic SQDK), a GGUF file (magic GGUF) or a "
+                                               "Hugging Face checkpoint folder");
   const auto start = std::chrono::steady_clock::now();
   const ConvertResult r = file_starts_with(a.input, "GGUF")   ? convert_gguf(a.input, a.out, options)
                           : file_starts_with(a.input, "SQDK") ? convert_sqdk(a.input, a.out, options)
@@ -89,7 +96,7 @@ void add_convert_command(CLI::App& app) {
   sub->add_option("input", a->input,
                   "Folder with config.json and model.safetensors (or its shards + index), a GGUF file or a .sqdk file")
       ->required();
-  sub->add_option("-o,--output", a->out, "Output .sqdk file")->required();
+  sub->add_option("-o,--output", a->out, "Output .sqdk file")->required()->check(non_empty("an output file"));
   sub->add_option("--dtype", a->dtype,
                   "Output dtype f32, f16, bf16 or q8 (default: the checkpoint's, if uniform, else f32; see below)")
       ->check(CLI::IsMember({"f32", "f16", "bf16", "q8"}));

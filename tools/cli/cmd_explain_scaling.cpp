@@ -107,7 +107,7 @@ void run(const ExplainArgs& a) {
   const ScalingReport r = run_scaling_experiment(c);
   if (!a.svg.empty()) {
     std::ofstream out(a.svg, std::ios::binary);
-    if (!(out << scaling_svg(r)) || !out.flush()) throw std::runtime_error(a.svg + ": cannot write");
+    if (!(out << scaling_svg(r)) || !out.flush()) throw Error(a.svg + ": cannot write");  // exit 2, as every output path
   }
   if (a.json) {
     std::printf("%s\n", to_json(r).dump(2).c_str());
@@ -143,7 +143,8 @@ void add_explain_scaling_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--isa", a->isa, "force an ISA: ref, avx2, avx512 (default: best, or SQRTDK_ISA)")
       ->check(isa_name_check());
-  cmd->add_option("--svg", a->svg, "write a plot of entropy and max probability against d_k (SVG) here");
+  cmd->add_option("--svg", a->svg, "write a plot of entropy and max probability against d_k (SVG) here")
+      ->check(non_empty("an output file"));
   cmd->add_flag("--json", a->json, "print JSON instead of the table");
   cmd->callback([a] { run(*a); });
 }

@@ -59,6 +59,8 @@ void run(GenerateArgs& a) {
       a.gen.stop_strings.push_back(s);
     }
   }
+  for (const std::string& s : a.stop_text)
+    if (s.empty()) throw CLI::ValidationError("--stop-text", "an empty stop string never matches");
   for (const std::string& s : a.gen.stop_strings) {
     if (s.empty()) throw CLI::ValidationError("--stop", "an empty stop string never matches");
     if (!tokenizer)
@@ -69,6 +71,13 @@ void run(GenerateArgs& a) {
   SessionOptions so;
   so.n_threads = a.model.threads;
   Session session(model, so);
+
+  // Checked here too, not only by prefill: the prompt is echoed before generation starts, and a prompt that cannot
+  // run must not be printed as if it had.
+  if (tokens.size() > session.max_context())
+    throw Error(ErrorKind::context_full, model->path() + ": the prompt is " + std::to_string(tokens.size()) +
+                                             " tokens, more than the model's context of " +
+                                             std::to_string(session.max_context()));
 
   // Text models stream whole UTF-8 characters as they become final (never half a character, never a stop string).
   const bool text = tokenizer && !a.json;
@@ -82,7 +91,12 @@ void run(GenerateArgs& a) {
     };
   }
   const auto t0 = std::chrono::steady_clock::now();
-  const GenerateResult result = generate(session, tokens, a.gen);
+  GenerateResult result;
+  try {
+    result = generate(session, tokens, a.gen);
+  } catch (const Error& e) {
+    throw Error(e.kind(), model->path() + ": " + e.what());  // e.g. NaN logits: which model made them
+  }
   const std::vector<uint32_t>& out = result.tokens;
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (a.json) {

@@ -3,6 +3,7 @@
 // (f32, f16, bf16, q8) and the checksum status.
 // --check also counts NaN/Inf values per tensor and fails (exit 2) if any tensor holds one.
 // A bad file: one line "sqrtdk: error: <path>: ..." on stderr, exit 2 (sqrtdk::Error propagates to main).
+#include "tools/cli/cli_util.h"
 #include "tools/cli/commands.h"
 #include "tools/common/sigbus_report.h"
 
@@ -219,8 +220,9 @@ void add_inspect_command(CLI::App& app) {
               "  sqrtdk inspect model.sqdk --check    # also count NaN/Inf per tensor\n"
               "  sqrtdk inspect --model model.sqdk --json");
   // FILE or --model FILE (the flag every other subcommand takes); neither: the bundled model.
-  auto* file = sub->add_option("file", o->path, "The .sqdk file (default: the bundled model)");
-  sub->add_option("-m,--model", o->path, "same as FILE")->excludes(file);
+  auto* file = sub->add_option("file", o->path, "The .sqdk file (default: the bundled model)")
+                   ->check(non_empty("a model file"));
+  sub->add_option("-m,--model", o->path, "same as FILE")->check(non_empty("a model file"))->excludes(file);
   o->path = default_model_path();
   sub->add_flag("--json", o->json, "Print JSON instead of a table");
   sub->add_flag("--check", o->check, "Count NaN/Inf values per tensor; exit 2 if any tensor holds one");

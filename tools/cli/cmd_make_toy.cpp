@@ -6,6 +6,7 @@
 // N(0, 0.01); norm weights 1 + N(0, 0.02); biases N(0, 0.01). Normals are Irwin-Hall (sum of 12 uniforms - 6):
 // integer arithmetic plus exact float operations, so no libm function can change the bits between machines.
 // Each tensor has its own stream seeded from (seed, name), so adding a tensor never changes the others.
+#include "tools/cli/cli_util.h"
 #include "tools/cli/commands.h"
 
 #include <sqrtdk/error.h>
@@ -16,6 +17,8 @@
 #include <cmath>
 #include <cstdio>
 #include <memory>
+
+#include <unistd.h>
 
 namespace sqrtdk::cli {
 namespace {
@@ -99,6 +102,16 @@ void run_make_toy(const MakeToyOptions& o) {
   c.eos_id = token(o.eos, 257);
   c.validate(o.out);
   const DType dtype = parse_dtype(o.dtype);
+  // Every tensor is held in memory until the file is written: refuse, naming the size, what cannot fit rather than
+  // die in an allocation (a bare std::bad_alloc) or swap for minutes.
+  const double held_bytes = static_cast<double>(c.n_params()) * (dtype == DType::f32 ? 4.0 : 2.0);
+  const double ram_bytes = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE));
+  if (ram_bytes > 0 && held_bytes > ram_bytes)
+    throw Error(ErrorKind::out_of_memory,
+                o.out + ": " + std::to_string(c.n_params()) + " parameters are " +
+                    std::to_string(static_cast<long long>(held_bytes / 1e9)) + " GB of " + dtype_name(dtype) +
+                    " weights, held in memory while writing: more than this machine's " +
+                    std::to_string(static_cast<long long>(ram_bytes / 1e9)) + " GB");
 
   const std::vector<TensorSpec> specs = family_tensors(c);
   const float resid_std = 0.02f / std::sqrt(2.0f * static_cast<float>(c.n_layers));
@@ -144,7 +157,7 @@ void add_make_toy_command(CLI::App& app) {
   sub->footer("Examples:\n  sqrtdk make-toy -o toy.sqdk --arch llama --seed 1\n"
               "  sqrtdk make-toy -o llama110m.sqdk --arch llama --d-model 768 --n-layers 12 --n-heads 12 --d-ff 2048 \\\n"
               "      --n-vocab 32000 --max-seq 1024 --tied --seed 1      # shaped like stories110M (sqrtdk bench)");
-  sub->add_option("-o,--output", o->out, "Output .sqdk file")->required();
+  sub->add_option("-o,--output", o->out, "Output .sqdk file")->required()->check(non_empty("an output file"));
   std::vector<std::string> archs;  // every family in the registry (models/families.cpp)
   for (const ModelFamily* f : model_families()) archs.push_back(f->name);
   sub->add_option("--arch", o->arch, family_names())->required()->check(CLI::IsMember(archs));
@@ -160,11 +173,15 @@ void add_make_toy_command(CLI::App& app) {
   sub->add_option("--n-vocab", o->n_vocab, "Vocabulary size")->capture_default_str();
   sub->add_option("--max-seq", o->max_seq, "Longest context")->capture_default_str();
   sub->add_option("--norm-eps", o->norm_eps, "Norm epsilon")->capture_default_str();
-  sub->add_option("--rope-theta", o->rope_theta, "RoPE base (default: 10000 for llama, 0 for gpt2)");
+  sub->add_option("--rope-theta", o->rope_theta, "RoPE base (default: 10000 for llama, 0 for gpt2)")
+      ->check(number_in(0, 1e30, /*integer=*/false));
   sub->add_flag("--tied", o->tied, "Tie the output head to tok_emb");
   sub->add_option("--tokenizer", o->tokenizer, "none or byte_level (default: byte_level if n_vocab >= 256)");
-  sub->add_option("--bos", o->bos, "BOS id, -1 for none (default: 256 for byte_level with n_vocab >= 258)");
-  sub->add_option("--eos", o->eos, "EOS id, -1 for none (default: 257 for byte_level with n_vocab >= 258)");
+  // -2, the "not given" value, is not the user's to pass: ids are -1 (none) or an id.
+  sub->add_option("--bos", o->bos, "BOS id, -1 for none (default: 256 for byte_level with n_vocab >= 258)")
+      ->check(number_in(-1, 0xFFFFFFFE));
+  sub->add_option("--eos", o->eos, "EOS id, -1 for none (default: 257 for byte_level with n_vocab >= 258)")
+      ->check(number_in(-1, 0xFFFFFFFE));
   sub->callback([o] { run_make_toy(*o); });
 }
 

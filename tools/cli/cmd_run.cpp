@@ -89,7 +89,8 @@ void add_run_command(CLI::App& app) {
   a->model.add_to(*cmd);
   a->prompt.add_to(*cmd, "The ");
   cmd->add_option("-k,--top-k", a->top_k, "how many candidates to print")->check(at_least(1));
-  cmd->add_option("--logits", a->logits_path, "write the logits of every position to this .npy file");
+  cmd->add_option("--logits", a->logits_path, "write the logits of every position to this .npy file")
+      ->check(non_empty("an output file"));
   cmd->add_flag("--json", a->json, "print JSON instead of text");
   cmd->callback([a] { run(*a); });
 }

@@ -79,9 +79,12 @@ void add_tokenize_command(CLI::App& app) {
   cmd->footer("Examples:\n  sqrtdk tokenize --model gpt2.sqdk \"Hello world\"\n"
               "  sqrtdk tokenize --model gpt2.sqdk --decode 15496,995\n"
               "  sqrtdk tokenize --model llama.sqdk --no-special --json \"héllo 你好\"");
-  cmd->add_option("-m,--model", a->model, "model file (.sqdk); default: the bundled model");
+  cmd->add_option("-m,--model", a->model, "model file (.sqdk); default: the bundled model")
+      ->check(non_empty("a model file"));
   auto* text = cmd->add_option("text", a->text, "the text to encode");
-  cmd->add_option("--decode", a->decode, "decode these comma-separated ids instead")->excludes(text);
+  cmd->add_option("--decode", a->decode, "decode these comma-separated ids instead")
+      ->check(non_empty("comma-separated token ids"))
+      ->excludes(text);
   cmd->add_flag("--no-special", a->no_special, "do not add BOS/EOS (Hugging Face add_special_tokens=False)");
   cmd->add_flag("--skip-special", a->skip_special, "--decode: leave special tokens out of the text");
   cmd->add_flag("--json", a->json, "print JSON");

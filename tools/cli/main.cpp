@@ -5,8 +5,25 @@
 #include <sqrtdk/isa.h>
 #include <sqrtdk/version.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
+#include <new>
 #include <string>
+
+namespace {
+
+// What a subcommand printed must have reached stdout: a full disk or a closed pipe's EIO otherwise pass as exit 0
+// with the output cut short. kOk, or kRuntime with one line saying why.
+int stdout_written() {
+  errno = 0;
+  if (std::fflush(stdout) == 0 && !std::ferror(stdout)) return sqrtdk::cli::kOk;
+  std::fprintf(stderr, "sqrtdk: error: writing to standard output failed%s%s\n", errno ? ": " : "",
+               errno ? std::strerror(errno) : "");
+  return sqrtdk::cli::kRuntime;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   using namespace sqrtdk::cli;
@@ -38,12 +55,14 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
+    app.exit(e);
+    return stdout_written();
   } catch (const CLI::CallForAllHelp& e) {
-    return app.exit(e);
+    app.exit(e);
+    return stdout_written();
   } catch (const CLI::CallForVersion& e) {
     std::printf("%s\n", e.what());
-    return kOk;
+    return stdout_written();
   } catch (const CLI::ParseError& e) {
     // One line, like every other error; CLI11's own printer adds a second line.
     std::string where = "sqrtdk";
@@ -69,9 +88,13 @@ int main(int argc, char** argv) {
   } catch (const sqrtdk::Error& e) {
     std::fprintf(stderr, "sqrtdk: error: %s\n", e.what());
     return kBadInput;
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "sqrtdk: error: out of memory (an allocation failed: the sizes asked for need more memory "
+                         "than this machine or the process's limits allow)\n");
+    return kRuntime;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "sqrtdk: error: %s\n", e.what());
     return kRuntime;
   }
-  return kOk;
+  return stdout_written();
 }

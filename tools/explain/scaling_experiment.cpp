@@ -78,6 +78,13 @@ void sample_mean_var(const std::vector<double>& v, double& mean, double& var) {
   var = v.size() > 1 ? var / static_cast<double>(v.size() - 1) : 0.0;
 }
 
+namespace {
+// A block's scores S and probabilities P ([rows][m] each) at most 64 MiB apiece: up to 4096 keys a block is m
+// queries (m × m scores), past that fewer queries share the m keys (each vector still in one diagonal pair).
+constexpr size_t kMaxScoreFloats = size_t{1} << 24;
+constexpr size_t kMaxKeyFloats = size_t{1} << 28;  // a block's keys, m × d_k: 1 GiB
+}  // namespace
+
 ScalingReport run_scaling_experiment(const ScalingConfig& config) {
   if (config.d_ks.empty() || config.n_keys.empty()) throw Error("explain-scaling: the d_k and key lists must not be empty");
   for (size_t d : config.d_ks)
@@ -86,6 +93,15 @@ ScalingReport run_scaling_experiment(const ScalingConfig& config) {
     if (m < 2 || m > 65536) throw Error("explain-scaling: key count " + std::to_string(m) + " outside [2, 65536]");
   if (config.n_samples < 2 || config.n_samples > 10'000'000)
     throw Error("explain-scaling: samples " + std::to_string(config.n_samples) + " outside [2, 10000000]");
+  // A block holds m keys of d_k floats (and as many queries): checked before anything is allocated, so a large
+  // pair of lists is refused with its size rather than taking the machine's memory (65536 × 65536 is 16 GiB).
+  for (size_t m : config.n_keys)
+    for (size_t d : config.d_ks)
+      if (m * d > kMaxKeyFloats)
+        throw Error("explain-scaling: " + std::to_string(m) + " keys of d_k " + std::to_string(d) + " are " +
+                    std::to_string(m * d * sizeof(float) >> 20) + " MiB of keys per block, over the " +
+                    std::to_string(kMaxKeyFloats * sizeof(float) >> 20) +
+                    " MiB this tool holds: use fewer keys (--keys) or a smaller d_k (--dk)");
 
   ScalingReport rep;
   rep.config = config;
@@ -99,10 +115,11 @@ ScalingReport run_scaling_experiment(const ScalingConfig& config) {
       Sharpness scaled{d, m, true}, unscaled{d, m, false};
       std::vector<double> dots;
       dots.reserve(N);
-      Q.resize(m * d), K.resize(m * d), S.resize(m * m), P.resize(m * m);
+      const size_t block_rows = std::clamp<size_t>(kMaxScoreFloats / m, 1, m);
+      Q.resize(block_rows * d), K.resize(m * d), S.resize(block_rows * m), P.resize(block_rows * m);
       const float scale = 1.0f / std::sqrt(static_cast<float>(d));  // what the executor passes attention
-      for (size_t row0 = 0; row0 < N; row0 += m) {
-        const size_t R = std::min(m, N - row0);
+      for (size_t row0 = 0; row0 < N; row0 += block_rows) {
+        const size_t R = std::min(block_rows, N - row0);
         rng.fill(Q.data(), R * d);
         rng.fill(K.data(), m * d);
         // S[R][m] = Q[R][d] · K[m][d]ᵀ: one attention score row per query.

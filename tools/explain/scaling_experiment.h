@@ -2,7 +2,8 @@
 //
 // For each d_k: N query vectors q and key vectors k with iid N(0, 1) components (seeded). Each query is one
 // attention row: its scores against m keys are one row of S = Q·Kᵀ, computed block by block with gemm_unpacked
-// (the unfused attention path's Q·Kᵀ: a block of up to m queries shares m fresh keys), then softmax_rows turns
+// (the unfused attention path's Q·Kᵀ: a block of up to m queries shares m fresh keys; fewer past 4096 keys, so a
+// block's scores stay within 64 MiB), then softmax_rows turns
 // each row into probabilities, once with scale 1/√d_k and once with scale 1 (unscaled).
 //   Moments: the diagonal S[r][r] of every block pairs query r with key r. Every vector belongs to exactly one
 //   such pair, so the N pairs are independent: their sample mean and variance (of q·k and of q·k/√d_k) are

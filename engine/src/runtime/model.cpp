@@ -14,6 +14,7 @@
 #include "engine/src/runtime/attention_paths_cache.h"
 #include "engine/src/runtime/model_impl.h"
 #include "ops/base/threading.h"
+#include "ops/gemm/gemm.h"
 
 #include <algorithm>
 #include <chrono>
@@ -178,6 +179,9 @@ std::shared_ptr<const Model> Model::load(const std::string& path, const ModelOpt
     m.tokenizer = Tokenizer::create(*spec, path + ": tokenizer section");
   else if (c.tokenizer == TokenizerKind::byte_level)
     m.tokenizer = Tokenizer::bytes(c.n_vocab, c.bos_id, c.eos_id);
+  // The GEMM's block sizes (from the caches, or SQRTDK_GEMM_BLOCKING) before any tensor is packed: a bad
+  // SQRTDK_GEMM_BLOCKING is the environment's error, not the first tensor's.
+  (void)ops::gemm_blocking(m.weights.isa);
   Loader loader(*m.file, m.weights.isa);
   m.family->load_weights(loader, m.weights);
   ResolvedAttentionPaths paths =
