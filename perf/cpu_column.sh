@@ -60,7 +60,8 @@ if [[ $smoke == 1 ]]; then
     --max-seq 1024 --tied --seed 1 >/dev/null
 else
   smoke_flag=() bench_flags=() model="$out/llama134m.sqdk"
-  # The model every issue-19 figure is on: the stories110M-shape Llama, f32, tied embeddings (docs/perf_history.md).
+  # The model every issue-19 figure is on: "the 134M Llama", stories110M's shape, f32, stored tied (110M parameters
+  # in the file; 134M counted with its own head, the same FLOPs and bytes a step: README, docs/perf_history.md).
   [[ -f "$model" ]] || "$BIN/sqrtdk" make-toy -o "$model" --arch llama --d-model 768 --n-layers 12 --n-heads 12 \
     --d-ff 2048 --n-vocab 32000 --max-seq 1024 --tied --seed 1 >/dev/null
   "$BIN/sqrtdk" calibrate -m "$model" >/dev/null 2>&1 || log "attention calibration failed: the built-in rule applies"

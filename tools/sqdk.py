@@ -364,6 +364,8 @@ def main(argv):
         write_from_spec(argv[1], argv[3], argv[2])
     elif len(argv) == 2 and argv[0] == "info":
         _info(argv[1])
+    elif argv in (["-h"], ["--help"]):
+        print(__doc__.split("As a command:")[1].rstrip())
     else:
         print(__doc__.split("As a command:")[1].rstrip(), file=sys.stderr)
         return 1

@@ -19,7 +19,7 @@ void ModelArgs::add_to(CLI::App& cmd, bool with_threads, bool with_attention_pat
       ->check(non_empty("a model file"))
       ->capture_default_str();
   if (with_threads) cmd.add_option("-t,--threads", threads, "threads (0: all cores)")->check(number_in(0, 1024));
-  cmd.add_option("--isa", isa, "force an ISA: ref, avx2, avx512 (default: best, or SQRTDK_ISA)")
+  cmd.add_option("--isa", isa, "force an ISA (any listed; default: the best this CPU has, or SQRTDK_ISA)")
       ->check(isa_name_check());
   cmd.add_flag("--no-verify", no_verify, "skip the per-tensor CRC-32 check at load");
   cmd.add_flag("--check-finite", check_finite, "refuse a model whose weights hold NaN or Inf (names the tensor)");

@@ -141,7 +141,7 @@ void add_explain_scaling_command(CLI::App& app) {
   cmd->add_option("-t,--threads", a->threads, "threads for GEMM and softmax (0: all cores)")
       ->check(number_in(0, 1024))
       ->capture_default_str();
-  cmd->add_option("--isa", a->isa, "force an ISA: ref, avx2, avx512 (default: best, or SQRTDK_ISA)")
+  cmd->add_option("--isa", a->isa, "force an ISA (any listed; default: the best this CPU has, or SQRTDK_ISA)")
       ->check(isa_name_check());
   cmd->add_option("--svg", a->svg, "write a plot of entropy and max probability against d_k (SVG) here")
       ->check(non_empty("an output file"));
