@@ -519,4 +519,31 @@ TEST_CASE("serve hardening: --version") {
   CHECK(r.output.rfind("sqrtdk-serve ", 0) == 0);
 }
 
+TEST_CASE("serve hardening: a usage error exits 1 with one line naming the option; --help exits 0") {
+  // Before: CLI11_PARSE's own codes (105 for a value out of range, 109 for an unknown option) and a second line.
+  const std::pair<std::vector<std::string>, std::string> cases[] = {{{"--port", "99999"}, "--port"},
+                                                                    {{"--sessions", "0"}, "--sessions"},
+                                                                    {{"--bogus"}, "--bogus"},
+                                                                    {{"--threads", "x"}, "--threads"}};
+  for (const auto& [args, option] : cases) {
+    const auto r = run_to_exit(SQRTDK_SERVE_BIN, args);
+    INFO(r.output);
+    CHECK(r.status == 1);
+    CHECK(r.output.rfind("sqrtdk-serve: usage error: ", 0) == 0);
+    CHECK(r.output.find(option) != std::string::npos);
+    CHECK(std::count(r.output.begin(), r.output.end(), '\n') == 1);
+  }
+  // Only the loaded model knows its max_seq (512 here), but a --context past it is still the caller's mistake.
+  // Before: exit 4, "cannot start: Batch: max_context 100000 exceeds ...".
+  const auto context = run_to_exit(SQRTDK_SERVE_BIN, ServerProcess::with_model({"--port", "0", "--context", "100000"}));
+  INFO(context.output);
+  CHECK(context.status == 1);
+  CHECK(context.output.rfind("sqrtdk-serve: usage error: --context 100000 ", 0) == 0);
+  CHECK(context.output.find("max_seq 512") != std::string::npos);
+  CHECK(context.output.find("listening") == std::string::npos);
+  const auto help = run_to_exit(SQRTDK_SERVE_BIN, {"--help"});
+  CHECK(help.status == 0);
+  CHECK(help.output.find("1 usage error") != std::string::npos);
+}
+
 }  // namespace serve_hardening_tests

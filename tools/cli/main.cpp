@@ -1,5 +1,6 @@
 // sqrtdk: the command line. Each subcommand is in tools/cli/cmd_<name>.cpp.
 #include "tools/cli/commands.h"
+#include "tools/common/usage_error.h"
 
 #include <sqrtdk/error.h>
 #include <sqrtdk/isa.h>
@@ -75,14 +76,7 @@ int main(int argc, char** argv) {
                    argv[1], names.c_str());
       return kUsage;
     }
-    // CLI11's "Could not convert: --seed = abc" says what failed but not what was expected: say it our way.
-    std::string message = e.what();
-    if (const std::string prefix = "Could not convert: "; message.rfind(prefix, 0) == 0) {
-      const size_t eq = message.find(" = ", prefix.size());
-      if (eq != std::string::npos)
-        message = message.substr(prefix.size(), eq - prefix.size()) + ": '" + message.substr(eq + 3) +
-                  "' is not a value of the expected type (see the type in --help)";
-    }
+    const std::string message = sqrtdk::tools::usage_error_text(e);
     std::fprintf(stderr, "sqrtdk: usage error: %s (see '%s --help')\n", message.c_str(), where.c_str());
     return kUsage;
   } catch (const sqrtdk::Error& e) {

@@ -8,6 +8,7 @@
 // open after --grace seconds is cut), exit 0.
 #include "tools/common/default_model.h"
 #include "tools/common/sigbus_report.h"
+#include "tools/common/usage_error.h"
 #include "tools/serve/server.h"
 
 #include <sqrtdk/error.h>
@@ -28,8 +29,9 @@ int main(int argc, char** argv) {
   std::string model_path = sqrtdk::tools::default_model_path();
   CLI::App app{"sqrtdk-serve: an OpenAI-compatible HTTP service (POST /v1/completions, /v1/chat/completions,\n"
                "GET /v1/models, /healthz, /metrics).\n"
-               "Exit codes: 0 ok (also after SIGTERM/SIGINT), 1 usage error, 2 model error, 3 cannot listen,\n"
-               "4 cannot start (a session's KV cache or a thread does not fit in memory or the process limits)."};
+               "Exit codes: 0 ok (also after SIGTERM/SIGINT), 1 usage error (a bad option or value, or --context\n"
+               "past the model's max_seq), 2 model error, 3 cannot listen, 4 cannot start (a session's KV cache or a\n"
+               "thread does not fit in memory or the process limits)."};
   app.set_version_flag("--version", "sqrtdk-serve " SQRTDK_VERSION);
   app.add_option("--model", model_path, "model file (.sqdk); default: the bundled model")->capture_default_str();
   app.add_option("--model-name", o.model_name,
@@ -72,7 +74,18 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0, 1 << 20))->capture_default_str();
   app.add_option("--delay-ms", o.token_delay_ms, "sleep after each step that generated tokens: simulates a slower model (tests)")
       ->check(CLI::Range(0, 10000))->group("Testing");
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    std::printf("%s\n", e.what());
+    return 0;
+  } catch (const CLI::ParseError& e) {  // one line and exit 1, as the sqrtdk CLI (CLI11_PARSE: its own codes)
+    std::fprintf(stderr, "sqrtdk-serve: usage error: %s (see 'sqrtdk-serve --help')\n",
+                 sqrtdk::tools::usage_error_text(e).c_str());
+    return 1;
+  }
 
   // Signals go to one thread (sigwait) so no handler runs inside the engine or the I/O threads; block them first, before
   // any thread starts, so every thread inherits the mask. SIGPIPE: a client that left must not kill the server.
@@ -90,6 +103,15 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {
     std::fprintf(stderr, "sqrtdk-serve: %s\n", e.what());
     return 2;
+  }
+  // Only the model knows its max_seq: a usage error found after the load.
+  if (o.max_context > model->config().max_seq) {
+    std::fprintf(stderr,
+                 "sqrtdk-serve: usage error: --context %zu is larger than the model's max_seq %zu (give at most %zu, "
+                 "or 0 for max_seq)\n",
+                 o.max_context, static_cast<size_t>(model->config().max_seq),
+                 static_cast<size_t>(model->config().max_seq));
+    return 1;
   }
   std::unique_ptr<sqrtdk::serve::Server> server_ptr;
   try {
