@@ -546,4 +546,18 @@ TEST_CASE("serve hardening: a usage error exits 1 with one line naming the optio
   CHECK(help.output.find("1 usage error") != std::string::npos);
 }
 
+TEST_CASE("serve hardening: an empty --host, --model-name or --model is a usage error, not the default") {
+  // Before: --host "" listened on 0.0.0.0 (every interface, though the default is loopback), --model-name "" became
+  // the file's name, --model "" failed as a model file named "". A 5 s limit: the old server served for ever.
+  for (const char* option : {"--host", "--model-name", "--model"}) {
+    std::vector<std::string> args = {"--port", "0", "--threads", "1", option, ""};
+    if (option != std::string("--model")) args = ServerProcess::with_model(args);
+    const auto r = run_to_exit(SQRTDK_SERVE_BIN, args, 0, 5);
+    INFO(r.output);
+    CHECK(r.status == 1);
+    CHECK(r.output.rfind(std::string("sqrtdk-serve: usage error: ") + option + ": must not be empty", 0) == 0);
+    CHECK(r.output.find("listening") == std::string::npos);
+  }
+}
+
 }  // namespace serve_hardening_tests

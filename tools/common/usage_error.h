@@ -22,4 +22,10 @@ inline std::string usage_error_text(const CLI::ParseError& e) {
   return message;
 }
 
+// A validator refusing an empty value (CLI11 passes `--host ""` through as ""): `why` says what "" would have meant.
+inline CLI::Validator non_empty(const std::string& why) {
+  return CLI::Validator([why](std::string& value) { return value.empty() ? "must not be empty; " + why : ""; },
+                        "", "NON_EMPTY");
+}
+
 }  // namespace sqrtdk::tools

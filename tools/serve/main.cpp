@@ -33,10 +33,15 @@ int main(int argc, char** argv) {
                "past the model's max_seq), 2 model error, 3 cannot listen, 4 cannot start (a session's KV cache or a\n"
                "thread does not fit in memory or the process limits)."};
   app.set_version_flag("--version", "sqrtdk-serve " SQRTDK_VERSION);
-  app.add_option("--model", model_path, "model file (.sqdk); default: the bundled model")->capture_default_str();
+  // An empty value would quietly mean something else (every interface, the file's name, the bundled model): refused.
+  using sqrtdk::tools::non_empty;
+  app.add_option("--model", model_path, "model file (.sqdk); default: the bundled model")
+      ->check(non_empty("leave --model out for the bundled model"))->capture_default_str();
   app.add_option("--model-name", o.model_name,
-                 "the model's id in /v1/models and in requests' \"model\"; default: the file name without .sqdk");
-  app.add_option("--host", o.host, "address to listen on (loopback by default)")->capture_default_str();
+                 "the model's id in /v1/models and in requests' \"model\"; default: the file name without .sqdk")
+      ->check(non_empty("leave --model-name out for the file name without .sqdk"));
+  app.add_option("--host", o.host, "address to listen on (loopback by default)")
+      ->check(non_empty("\"\" would listen on every interface; say 0.0.0.0 if that is meant"))->capture_default_str();
   app.add_option("--port", o.port, "TCP port; 0 = one the system picks (printed)")
       ->check(CLI::Range(0, 65535))->capture_default_str();
   app.add_option("--sessions", o.sessions,
