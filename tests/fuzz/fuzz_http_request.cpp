@@ -3,8 +3,8 @@
 // server's limits; several requests in one input are pipelined); each complete request's body then goes to the
 // body parser. Any other input is a body given to the body parser directly, as /v1/completions and as
 // /v1/chat/completions.
-// Contract under test: framing either completes a request, waits for more bytes, or fails with a status of 400, 413
-// or 431; parse_request returns a request or throws RequestError with a 4xx status; never a crash, an
+// Contract under test: framing either completes a request, waits for more bytes, refuses a transfer coding (501),
+// or fails with a status of 400, 413 or 431; parse_request returns a request or throws RequestError with a 4xx status; never a crash, an
 // ASan/UBSan report or another exception type.
 #include <sqrtdk/format.h>
 
@@ -54,6 +54,12 @@ void frame_requests(std::string_view bytes) {
       if (used > bytes.size()) std::abort();
       bytes.remove_prefix(used);
       if (ec == boost::beast::http::error::need_more) return;  // the server would wait for more bytes
+    }
+    // Once the head is read the server answers a transfer coding it cannot frame (501, and closes) and checks the
+    // content coding (415): their list splitting sees the same hostile bytes.
+    if (parser.is_header_done()) {
+      sqrtdk::serve::unsupported_content_coding(parser.get());
+      if (!sqrtdk::serve::unsupported_transfer_coding(parser.get()).empty()) return;
     }
     if (ec) {
       const int status = sqrtdk::serve::framing_error_status(ec);

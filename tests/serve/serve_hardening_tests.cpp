@@ -17,6 +17,7 @@
 #include <atomic>
 #include <chrono>
 #include <csignal>
+#include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <string>
@@ -167,6 +168,12 @@ double wait_metric(int port, const std::string& name, double value, double secon
 }
 
 constexpr size_t kGiB = size_t{1} << 30;
+
+std::string to_hex(size_t n) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%zx", n);
+  return buf;
+}
 
 }  // namespace
 
@@ -371,6 +378,48 @@ TEST_CASE("serve hardening: framing attacks: conflicting Content-Length 400, ove
   CHECK(metric_value(m, "sqrtdk_requests_total{code=\"400\"}") == 2);
   CHECK(metric_value(m, "sqrtdk_requests_total{code=\"413\"}") == 1);
   CHECK(metric_value(m, "sqrtdk_requests_total{code=\"431\"}") == 1);
+}
+
+TEST_CASE("serve hardening: a transfer coding other than chunked is 501, a content coding other than identity 415") {
+  ServerProcess server({});
+  const std::string body = json{{"prompt", "a"}, {"max_tokens", 1}}.dump();
+  const std::string head = "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n";
+  const std::string chunked_body = to_hex(body.size()) + "\r\n" + body + "\r\n0\r\n\r\n";
+  // Before: Beast took "Transfer-Encoding: gzip" for no body (400 "malformed JSON"), framed the request by a
+  // Content-Length beside it (200), and read "gzip, chunked" as plain chunked (200).
+  const std::pair<std::string, std::string> transfer_cases[] = {
+      {head + "Transfer-Encoding: gzip\r\n\r\n" + body, "'gzip'"},
+      {head + "Transfer-Encoding: gzip\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body,
+       "'gzip'"},
+      {head + "Transfer-Encoding: Deflate ,chunked\r\n\r\n" + chunked_body, "'Deflate'"}};
+  for (const auto& [request, named] : transfer_cases) {
+    const std::string sent = request;  // INFO's lambda cannot capture a structured binding (clang 14)
+    const int fd = open_with(server.port(), sent);
+    auto r = final_responses(read_until_closed(fd, 5));  // and the server closes
+    close(fd);
+    INFO(sent);
+    CHECK(r.size() == 1);  // before: 2 in the first case (the body was read as a second request)
+    if (r.empty()) continue;
+    CHECK(r[0].status == 501);
+    CHECK(r[0].headers["connection"] == "close");
+    const json e = json::parse(r[0].body)["error"];
+    CHECK(e["message"].get<std::string>().find("Transfer-Encoding " + named) != std::string::npos);
+    CHECK(e["code"] == "unsupported_transfer_encoding");
+  }
+  // Before: the body was read as JSON whatever its coding (200 here: the bytes were not really compressed). The
+  // body is framed, so the connection stays open: identity (the same as none) is served on it next.
+  const json small = {{"prompt", "a"}, {"max_tokens", 1}};
+  const int fd = open_with(server.port(), post_request(small, "Content-Encoding: gzip\r\n") +
+                                              post_request(small, "Content-Encoding: identity\r\n"
+                                                                  "Connection: close\r\n"));
+  auto r = final_responses(read_until_closed(fd, 5));
+  close(fd);
+  REQUIRE(r.size() == 2);
+  CHECK(r[0].status == 415);
+  CHECK(r[0].headers["accept-encoding"] == "identity");
+  CHECK(json::parse(r[0].body)["error"]["message"].get<std::string>().find("Content-Encoding 'gzip'") !=
+        std::string::npos);
+  CHECK(r[1].status == 200);
 }
 
 TEST_CASE("serve hardening: Expect 100-continue, and an HTTP/1.0 stream delimited by the close") {

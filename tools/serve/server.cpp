@@ -482,6 +482,8 @@ Reply json_error(int status, const std::string& message, const std::string& para
            : status == 503 ? "overloaded"
            : status == 404 ? "not_found"
            : status == 405 ? "method_not_allowed"
+           : status == 415 ? "unsupported_content_encoding"
+           : status == 501 ? "unsupported_transfer_encoding"
                            : "";
   Reply r;
   r.status = status;
@@ -735,6 +737,14 @@ class ServerImpl {
       // One deadline for the whole request, head and body: a client trickling bytes gets no more time.
       c.stream.expires_after(std::chrono::seconds(options_.timeout_seconds));
       co_await http::async_read_header(c.stream, c.buffer, parser, asio::redirect_error(use_awaitable, ec));
+      const std::string transfer_coding = ec ? "" : unsupported_transfer_coding(parser.get());
+      if (!transfer_coding.empty()) {  // its body cannot be framed: answer before reading it, and close
+        c.reading_request = false;
+        Reply r = json_error(501, "Transfer-Encoding '" + transfer_coding +
+                                      "' is not supported: send the body with Content-Length or chunked");
+        r.close = true;
+        co_return co_await send(c, r, 11, false);
+      }
       if (!ec && !parser.is_done()) {
         const auto& head = parser.get();
         if (head.version() == 11 && beast::iequals(head[http::field::expect], "100-continue"))
@@ -804,12 +814,17 @@ class ServerImpl {
       return r.path.ends_with('/') ? path.starts_with(r.path) && path.size() > r.path.size() : r.path == path;
     });
     Reply r;
+    std::string content_coding;
     if (route == kRoutes.end()) {
       r = json_error(404, "no such endpoint: " + std::string(req.method_string()) + " " + std::string(path));
     } else if (req.method() != route->method) {
       const std::string allowed(http::to_string(route->method));
       r = json_error(405, std::string(path) + " takes " + allowed + ", not " + std::string(req.method_string()));
       r.headers.emplace_back(http::field::allow, allowed);
+    } else if (route->method == http::verb::post && !(content_coding = unsupported_content_coding(req)).empty()) {
+      // Only POST routes read a body. The body was read whole (its framing is sound): the connection stays open.
+      r = json_error(415, "Content-Encoding '" + content_coding + "' is not supported: send the body uncompressed");
+      r.headers.emplace_back(http::field::accept_encoding, "identity");
     } else if (path == "/v1/completions" || path == "/v1/chat/completions") {
       const bool ok = co_await complete(
           c, req, keep_alive, path == "/v1/completions" ? Endpoint::completions : Endpoint::chat_completions);

@@ -8,6 +8,7 @@
 //   GET  /metrics         Prometheus text: requests by status, tokens, latency, running and queued requests, KV-cache
 //                         use, prefix-cache hits, step sizes (the gauges inference-aware load balancers read)
 //   another method on these paths: 405 with Allow; another path: 404
+//   a Transfer-Encoding other than chunked: 501, then close; a POST's Content-Encoding other than identity: 415
 //
 // Concurrency: connections are served asynchronously by `http_threads` I/O threads (a slow or idle connection
 // costs a socket and a little memory, never a thread), at most `max_connections` at once (past it: 503 and close).
