@@ -380,6 +380,56 @@ TEST_CASE("serve hardening: framing attacks: conflicting Content-Length 400, ove
   CHECK(metric_value(m, "sqrtdk_requests_total{code=\"431\"}") == 1);
 }
 
+TEST_CASE("serve hardening: a request cut short: 400 once the client half-closes, 408 at --timeout if it stalls") {
+  ServerProcess server({"--timeout", "1"});
+  const std::string body = json{{"prompt", "a"}, {"max_tokens", 1}}.dump();
+  const std::string head = "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n";
+  const std::string promised = head + "Content-Length: " + std::to_string(body.size() + 10) + "\r\n\r\n" + body;
+  const std::string unfinished_chunks =
+      head + "Transfer-Encoding: chunked\r\n\r\n" + to_hex(body.size()) + "\r\n" + body;
+  // Before: each connection was closed without a response (at once after the half-close, at --timeout otherwise).
+  // The stalled ones and an idle one all wait out the same second.
+  std::vector<std::pair<int, std::string>> stalled;
+  for (const std::string& request : {promised, unfinished_chunks, std::string("GET /healthz HTTP/1.1\r\nHo")})
+    stalled.emplace_back(open_with(server.port(), request), request);
+  const int idle = connect_loopback(server.port());
+  REQUIRE(idle >= 0);
+  const auto t0 = Clock::now();
+  const std::pair<std::string, std::string> half_closed[] = {
+      {promised, "request body shorter than Content-Length: the client closed its side after " +
+                     std::to_string(body.size()) + " of " + std::to_string(body.size() + 10) + " bytes"},
+      {unfinished_chunks, "chunked request body ended"},
+      {"GET /healthz HTTP/1.1\r\nHo", "ended inside its head"}};
+  for (const auto& [request, message] : half_closed) {
+    const std::string sent = request;  // INFO's lambda cannot capture a structured binding (clang 14)
+    const int fd = open_with(server.port(), sent);
+    REQUIRE(shutdown(fd, SHUT_WR) == 0);
+    auto r = final_responses(read_until_closed(fd, 5));
+    close(fd);
+    INFO(sent);
+    CHECK(r.size() == 1);
+    if (r.empty()) continue;
+    CHECK(r[0].status == 400);
+    CHECK(r[0].headers["connection"] == "close");
+    CHECK(json::parse(r[0].body)["error"]["message"].get<std::string>().find(message) != std::string::npos);
+  }
+  for (const auto& [fd, request] : stalled) {
+    const std::string sent = request;  // INFO's lambda cannot capture a structured binding (clang 14)
+    auto r = final_responses(read_until_closed(fd, 5));
+    close(fd);
+    INFO(sent);
+    CHECK(r.size() == 1);
+    if (r.empty()) continue;
+    CHECK(r[0].status == 408);
+    CHECK(r[0].headers["connection"] == "close");
+    CHECK(json::parse(r[0].body)["error"]["code"] == "request_timeout");
+  }
+  CHECK(seconds_since(t0) < 3);
+  // Idle between requests (here before the first): closed at --timeout without a word, as before.
+  CHECK(read_until_closed(idle, 5).empty());
+  close(idle);
+}
+
 TEST_CASE("serve hardening: a transfer coding other than chunked is 501, a content coding other than identity 415") {
   ServerProcess server({});
   const std::string body = json{{"prompt", "a"}, {"max_tokens", 1}}.dump();

@@ -26,11 +26,12 @@ inline void set_limits(RequestParser& parser, size_t max_body) {
 }
 
 // The status a framing error is answered with before the connection closes (what follows cannot be framed), or 0
-// when there is no one to answer: the client left, stalled past its deadline, or closed between requests.
+// when there is no one to answer: the client left, or closed between requests. A request cut short by the client's
+// close (partial_message) is answered 400: a client that only half-closed still reads.
 inline int framing_error_status(const boost::beast::error_code& ec) {
   namespace http = boost::beast::http;
   if (ec.category() != http::make_error_code(http::error::bad_target).category() || ec == http::error::end_of_stream ||
-      ec == http::error::partial_message || ec == http::error::need_more)
+      ec == http::error::need_more)
     return 0;
   if (ec == http::error::body_limit) return 413;
   if (ec == http::error::header_limit) return 431;

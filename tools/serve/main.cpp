@@ -63,8 +63,8 @@ int main(int argc, char** argv) {
   app.add_option("--max-body", o.max_body, "request body bytes at most (413 past it, chunked bodies too)")
       ->check(CLI::Range(size_t{64}, size_t{1} << 30))->capture_default_str();
   app.add_option("--timeout", o.timeout_seconds,
-                 "seconds a client has to send a whole request (head and body), to take each write, and idle "
-                 "between keep-alive requests")
+                 "seconds a client has to send a whole request (head and body; 408 past it), to take each write, "
+                 "and idle between keep-alive requests")
       ->check(CLI::Range(1, 3600))->capture_default_str();
   app.add_option("--request-timeout", o.request_timeout_seconds,
                  "seconds a completion may take from arrival (queue + generation): then 503 if still queued, or "

@@ -482,6 +482,7 @@ Reply json_error(int status, const std::string& message, const std::string& para
            : status == 503 ? "overloaded"
            : status == 404 ? "not_found"
            : status == 405 ? "method_not_allowed"
+           : status == 408 ? "request_timeout"
            : status == 415 ? "unsupported_content_encoding"
            : status == 501 ? "unsupported_transfer_encoding"
                            : "";
@@ -494,7 +495,8 @@ Reply json_error(int status, const std::string& message, const std::string& para
 // One client connection. Everything here runs on the connection's strand: its coroutine, the socket's handlers,
 // and the wake-ups posted by the session worker and the drain.
 struct Connection : std::enable_shared_from_this<Connection> {
-  explicit Connection(tcp::socket socket) : stream(std::move(socket)), wake(stream.get_executor()) {
+  explicit Connection(tcp::socket socket)
+      : stream(std::move(socket)), wake(stream.get_executor()), request_deadline(stream.get_executor()) {
     // The completion loop reads after a readiness wait, which can be spurious: such a read must not block.
     beast::error_code ec;
     stream.socket().non_blocking(true, ec);
@@ -503,6 +505,9 @@ struct Connection : std::enable_shared_from_this<Connection> {
   beast::tcp_stream stream;
   beast::flat_buffer buffer;  // bytes read and not yet parsed: pipelined requests wait here
   asio::steady_timer wake;    // the coroutine sleeps on it while a completion runs
+  asio::steady_timer request_deadline;  // --timeout for reading one request: cancels the read when it passes
+  uint64_t deadline_id = 0;             // which request's deadline is current (a stale expiry is ignored)
+  bool request_timed_out = false;       // ... and it passed
   bool woken = false;         // a wake-up came while the coroutine was not sleeping
   bool reading_request = false;
   bool cut = false;           // closed by the drain: give up
@@ -727,6 +732,37 @@ class ServerImpl {
     forget(c);
   }
 
+  // One deadline for the whole request, head and body: a client trickling bytes gets no more time. Our own timer,
+  // not the stream's expiry, which closes the socket: this one only cancels the read, so a client that began a
+  // request can still be answered 408.
+  void start_request_deadline(Connection& c) {
+    c.request_timed_out = false;
+    c.stream.expires_never();
+    c.request_deadline.expires_after(std::chrono::seconds(options_.timeout_seconds));
+    c.request_deadline.async_wait([weak = c.weak_from_this(), id = ++c.deadline_id](beast::error_code ec) {
+      const auto self = weak.lock();
+      if (ec || !self || self->deadline_id != id) return;  // cancelled, or the connection or its request is gone
+      self->request_timed_out = true;
+      beast::error_code ignored;
+      self->stream.socket().cancel(ignored);
+    });
+  }
+  static void end_request_deadline(Connection& c) {
+    ++c.deadline_id;
+    c.request_deadline.cancel();
+    c.reading_request = false;
+  }
+
+  // A 400's message for a request the client's close cut short (a half-closed client still reads it).
+  static std::string cut_short(const RequestParser& parser) {
+    if (!parser.is_header_done())
+      return "the request ended inside its head: the client closed its side before the blank line that ends it";
+    if (parser.chunked()) return "the chunked request body ended before its last chunk: the client closed its side";
+    return "request body shorter than Content-Length: the client closed its side after " +
+           std::to_string(parser.get().body().size()) + " of " +
+           std::to_string(parser.content_length().value_or(0)) + " bytes";
+  }
+
   // Answers requests until the connection should close; false if it is unusable already (no graceful close).
   awaitable<bool> serve_requests(Connection& c) {
     for (;;) {
@@ -734,12 +770,13 @@ class ServerImpl {
       set_limits(parser, options_.max_body);
       beast::error_code ec;
       c.reading_request = true;
-      // One deadline for the whole request, head and body: a client trickling bytes gets no more time.
-      c.stream.expires_after(std::chrono::seconds(options_.timeout_seconds));
+      start_request_deadline(c);
       co_await http::async_read_header(c.stream, c.buffer, parser, asio::redirect_error(use_awaitable, ec));
+      // The deadline can pass after a read ended and before we resumed: then it cancelled nothing; read no more.
+      if (!ec && c.request_timed_out && !parser.is_done()) ec = asio::error::timed_out;
       const std::string transfer_coding = ec ? "" : unsupported_transfer_coding(parser.get());
       if (!transfer_coding.empty()) {  // its body cannot be framed: answer before reading it, and close
-        c.reading_request = false;
+        end_request_deadline(c);
         Reply r = json_error(501, "Transfer-Encoding '" + transfer_coding +
                                       "' is not supported: send the body with Content-Length or chunked");
         r.close = true;
@@ -750,10 +787,19 @@ class ServerImpl {
         if (head.version() == 11 && beast::iequals(head[http::field::expect], "100-continue"))
           co_await asio::async_write(c.stream, asio::buffer(std::string_view("HTTP/1.1 100 Continue\r\n\r\n")),
                                      asio::redirect_error(use_awaitable, ec));
+        if (!ec && c.request_timed_out) ec = asio::error::timed_out;
         if (!ec) co_await http::async_read(c.stream, c.buffer, parser, asio::redirect_error(use_awaitable, ec));
       }
-      c.reading_request = false;
+      end_request_deadline(c);
       if (c.cut) co_return false;
+      if (ec && c.request_timed_out) {
+        // Idle between requests: close without a word (a 408 could cross the next request the client sends).
+        if (!parser.got_some() && c.buffer.size() == 0) co_return false;
+        Reply r = json_error(408, "the request did not arrive whole within " +
+                                      std::to_string(options_.timeout_seconds) + " s (--timeout)");
+        r.close = true;
+        co_return co_await send(c, r, 11, false);
+      }
       if (ec) {
         const int status = framing_error_status(ec);
         if (status == 0) co_return ec == http::error::end_of_stream;
@@ -762,7 +808,8 @@ class ServerImpl {
                   : status == 431
                       ? json_error(431, "request head too large: the limit is " + std::to_string(kHeaderLimit) +
                                             " bytes")
-                      : json_error(400, "malformed HTTP request: " + ec.message());
+                  : ec == http::error::partial_message ? json_error(400, cut_short(parser))
+                                                       : json_error(400, "malformed HTTP request: " + ec.message());
         r.close = true;
         co_return co_await send(c, r, 11, false);
       }

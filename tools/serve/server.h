@@ -19,7 +19,8 @@
 // Prompts that start with a kept prefix (`prefix_cache`) reuse its KV rows.
 //
 // Deadlines: a client has `timeout_seconds` to send one whole request (head and body; also the idle wait between
-// keep-alive requests) and to take each write. A completion has `request_timeout_seconds` from its arrival: past
+// keep-alive requests) and to take each write. Past it, a request begun is answered 408 (an idle connection just
+// closes); a request the client's half-close cut short, 400. A completion has `request_timeout_seconds` from its arrival: past
 // it a queued one gets 503 and a running one stops with finish_reason "time_limit". A client that goes away
 // (write error, or no reader behind a half-closed socket) cancels its completion at the next step.
 //
