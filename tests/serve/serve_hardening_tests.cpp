@@ -380,6 +380,33 @@ TEST_CASE("serve hardening: framing attacks: conflicting Content-Length 400, ove
   CHECK(metric_value(m, "sqrtdk_requests_total{code=\"431\"}") == 1);
 }
 
+TEST_CASE("serve hardening: GET /v1/models/{id} percent-decodes the id; a malformed escape is a 400") {
+  // OpenAI's SDKs encode the id (encodeURIComponent: '/' is %2F). Before: every escaped id was a 404.
+  ServerProcess server({"--model-name", "a/b\"c d"});
+  std::string pipelined;
+  const std::string targets[] = {"/v1/models/a%2Fb%22c%20d", "/v1/models/a/b%22c%20d", "/v1/models/a%2fb%22c%20d",
+                                 "/v1/models/a%2Fb%22c",     "/v1/models/a%zzb",       "/v1/models/abc%2",
+                                 "/v1/models/abc%"};
+  for (const std::string& target : targets) pipelined += get_request(target);
+  pipelined += get_request("/healthz", "Connection: close\r\n");
+  const int fd = open_with(server.port(), pipelined);
+  auto r = final_responses(read_until_closed(fd, 5));
+  close(fd);
+  REQUIRE(r.size() == 8);
+  for (size_t i = 0; i < 3; ++i) {
+    INFO(targets[i]);
+    CHECK(r[i].status == 200);
+    CHECK(json::parse(r[i].body)["id"] == "a/b\"c d");
+  }
+  CHECK(r[3].status == 404);  // decoded, and named so in the message
+  CHECK(json::parse(r[3].body)["error"]["message"].get<std::string>().find("'a/b\"c'") != std::string::npos);
+  for (size_t i = 4; i < 7; ++i) {
+    INFO(targets[i]);
+    CHECK(r[i].status == 400);
+    CHECK(json::parse(r[i].body)["error"]["message"].get<std::string>().find("percent-escape") != std::string::npos);
+  }
+}
+
 TEST_CASE("serve hardening: a request cut short: 400 once the client half-closes, 408 at --timeout if it stalls") {
   ServerProcess server({"--timeout", "1"});
   const std::string body = json{{"prompt", "a"}, {"max_tokens", 1}}.dump();

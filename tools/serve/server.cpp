@@ -492,6 +492,31 @@ Reply json_error(int status, const std::string& message, const std::string& para
   return r;
 }
 
+// A path segment with its %XX escapes decoded (OpenAI's SDKs encode a model id's '/', '"', ...), or nullopt if
+// an escape is malformed ("%zz", or a '%' without two hex digits after it).
+std::optional<std::string> percent_decoded(std::string_view segment) {
+  auto hex = [](char ch) {
+    if (ch >= '0' && ch <= '9') return ch - '0';
+    if (ch >= 'a' && ch <= 'f') return ch - 'a' + 10;
+    if (ch >= 'A' && ch <= 'F') return ch - 'A' + 10;
+    return -1;
+  };
+  std::string out;
+  out.reserve(segment.size());
+  for (size_t i = 0; i < segment.size(); ++i) {
+    if (segment[i] != '%') {
+      out += segment[i];
+      continue;
+    }
+    const int hi = i + 1 < segment.size() ? hex(segment[i + 1]) : -1;
+    const int lo = i + 2 < segment.size() ? hex(segment[i + 2]) : -1;
+    if (hi < 0 || lo < 0) return std::nullopt;
+    out += static_cast<char>(hi * 16 + lo);
+    i += 2;
+  }
+  return out;
+}
+
 // One client connection. Everything here runs on the connection's strand: its coroutine, the socket's handlers,
 // and the wake-ups posted by the session worker and the drain.
 struct Connection : std::enable_shared_from_this<Connection> {
@@ -879,13 +904,16 @@ class ServerImpl {
       co_return ok;
     } else if (path == "/v1/models") {
       r.body = dump(models_list_json(options_.model_name, started_)) + "\n";
-    } else if (route->path == "/v1/models/") {
-      const std::string_view id = path.substr(route->path.size());
-      if (id == options_.model_name)
+    } else if (route->path == "/v1/models/") {  // the only route with a parameter
+      const std::string_view raw_id = path.substr(route->path.size());
+      const std::optional<std::string> id = percent_decoded(raw_id);
+      if (!id)  // 400, not 404: the target is not a URI (pct-encoded is "%" HEXDIG HEXDIG), so it names no model
+        r = json_error(400, "malformed percent-escape in the model id '" + std::string(raw_id) +
+                                "': '%' must be followed by two hex digits", "model");
+      else if (*id == options_.model_name)
         r.body = dump(model_json(options_.model_name, started_)) + "\n";
       else
-        r = json_error(404, "The model '" + std::string(id) + "' does not exist; this server serves '" +
-                                options_.model_name + "'",
+        r = json_error(404, "The model '" + *id + "' does not exist; this server serves '" + options_.model_name + "'",
                        "model", "model_not_found");
     } else if (path == "/healthz") {
       // Draining: a load balancer's health check fails at once (and new connections are refused anyway).
