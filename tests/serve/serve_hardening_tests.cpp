@@ -407,6 +407,30 @@ TEST_CASE("serve hardening: GET /v1/models/{id} percent-decodes the id; a malfor
   }
 }
 
+TEST_CASE("serve hardening: an absolute-form request target is routed by its path") {
+  // RFC 9112 §3.2.2: a server must accept absolute-form (what a client sends to a proxy). Before: 404.
+  ServerProcess server({});
+  const std::string authority = "127.0.0.1:" + std::to_string(server.port());
+  const std::string body = json{{"prompt", "a"}, {"max_tokens", 1}}.dump();
+  const int fd = open_with(server.port(),
+                           "POST http://" + authority + "/v1/completions HTTP/1.1\r\nHost: " + authority +
+                               "\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body +
+                               get_request("HTTP://" + authority + "/healthz?x=1") +
+                               get_request("https://elsewhere.example/v1/models/serve-toy") +
+                               get_request("http://" + authority, "Connection: close\r\n"));
+  auto r = final_responses(read_until_closed(fd, 5));
+  close(fd);
+  REQUIRE(r.size() == 4);
+  CHECK(r[0].status == 200);
+  CHECK(json::parse(r[0].body)["object"] == "text_completion");
+  CHECK(r[1].status == 200);
+  CHECK(json::parse(r[1].body)["status"] == "ok");
+  CHECK(r[2].status == 200);
+  CHECK(json::parse(r[2].body)["id"] == "serve-toy");
+  CHECK(r[3].status == 404);  // an empty path is "/": no such endpoint
+  CHECK(json::parse(r[3].body)["error"]["message"] == "no such endpoint: GET /");
+}
+
 TEST_CASE("serve hardening: a request cut short: 400 once the client half-closes, 408 at --timeout if it stalls") {
   ServerProcess server({"--timeout", "1"});
   const std::string body = json{{"prompt", "a"}, {"max_tokens", 1}}.dump();

@@ -33,6 +33,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -492,6 +493,19 @@ Reply json_error(int status, const std::string& message, const std::string& para
   return r;
 }
 
+// The path and query of a request target: origin-form ("/v1/models?x") as it is; absolute-form
+// ("http://127.0.0.1:8080/v1/models", as proxies send it; RFC 9112 §3.2.2: a server must accept it) without its
+// scheme and authority. The authority is not checked: one service, under whatever name the client used.
+std::string_view origin_form(std::string_view target) {
+  const size_t colon = target.find("://");
+  if (colon == std::string_view::npos || colon == 0 || !std::isalpha(static_cast<unsigned char>(target[0])))
+    return target;
+  for (const char ch : target.substr(0, colon))  // a scheme: ALPHA *( ALPHA / DIGIT / "+" / "-" / "." )
+    if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '+' && ch != '-' && ch != '.') return target;
+  const size_t path = target.find_first_of("/?", colon + 3);
+  return path == std::string_view::npos ? std::string_view("/") : target.substr(path);
+}
+
 // A path segment with its %XX escapes decoded (OpenAI's SDKs encode a model id's '/', '"', ...), or nullopt if
 // an escape is malformed ("%zz", or a '%' without two hex digits after it).
 std::optional<std::string> percent_decoded(std::string_view segment) {
@@ -871,7 +885,7 @@ class ServerImpl {
   }
 
   awaitable<bool> respond(Connection& c, const http::request<http::string_body>& req, bool keep_alive) {
-    const std::string_view target(req.target().data(), req.target().size());
+    const std::string_view target = origin_form(std::string_view(req.target().data(), req.target().size()));
     const std::string_view path = target.substr(0, target.find('?'));
     const double t0 = now_seconds();
     struct Route {

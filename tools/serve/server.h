@@ -7,7 +7,8 @@
 //   GET  /healthz         {"status":"ok", ...}; 503 {"status":"draining"} once stop() began
 //   GET  /metrics         Prometheus text: requests by status, tokens, latency, running and queued requests, KV-cache
 //                         use, prefix-cache hits, step sizes (the gauges inference-aware load balancers read)
-//   another method on these paths: 405 with Allow; another path: 404
+//   another method on these paths: 405 with Allow; another path: 404; absolute-form targets
+//                         ("http://host:port/v1/models") are routed by their path
 //   a Transfer-Encoding other than chunked: 501, then close; a POST's Content-Encoding other than identity: 415
 //
 // Concurrency: connections are served asynchronously by `http_threads` I/O threads (a slow or idle connection
