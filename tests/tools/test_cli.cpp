@@ -137,11 +137,11 @@ TEST_CASE("cli: usage errors exit 1 with one line on stderr naming the option") 
       {"generate --seed abc", "--seed: 'abc' is not a value"},
       // An empty value is a mistake (an unset shell variable), never a silent "not given": it used to run the
       // default prompt, load the bundled model, or encode instead of decode.
-      {"run --tokens ''", "--tokens: expected comma-separated token ids, got ''"},
-      {"run -m ''", "--model: expected a model file"},
+      {"run --tokens ''", "--tokens: must not be empty; give comma-separated token ids"},
+      {"run -m ''", "--model: must not be empty"},
       {"generate --model ''", "--model"},
-      {"inspect ''", "a model file"},
-      {"convert x.sqdk -o ''", "--output: expected an output file"},
+      {"inspect ''", "must not be empty"},
+      {"convert x.sqdk -o ''", "--output: must not be empty"},
       {"tokenize --decode ''", "--decode"},
       {"run --tokens 1,2,", "ends with a comma"},  // "1,,2" was refused, "1,2," passed as "1,2"
       {"generate --stop ,", "--stop-text"},         // comma-only text reads as ids: point at the text option

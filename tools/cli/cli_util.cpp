@@ -16,7 +16,7 @@ namespace sqrtdk::cli {
 
 void ModelArgs::add_to(CLI::App& cmd, bool with_threads, bool with_attention_paths) {
   cmd.add_option("-m,--model", model, "model file (.sqdk); default: the bundled model")
-      ->check(non_empty("a model file"))
+      ->check(non_empty("give a model file, or leave the option out for the bundled model"))
       ->capture_default_str();
   if (with_threads) cmd.add_option("-t,--threads", threads, "threads (0: all cores)")->check(number_in(0, 1024));
   cmd.add_option("--isa", isa, "force an ISA (any listed; default: the best this CPU has, or SQRTDK_ISA)")
@@ -58,7 +58,7 @@ void PromptArgs::add_to(CLI::App& cmd, const std::string& default_prompt) {
   prompt = default_prompt;
   auto* p = cmd.add_option("-p,--prompt", prompt, "prompt text (models with a tokenizer)")->capture_default_str();
   cmd.add_option("--tokens", tokens, "prompt as comma-separated token ids, e.g. 5,17,42")
-      ->check(non_empty("comma-separated token ids"))
+      ->check(non_empty("give comma-separated token ids"))
       ->excludes(p);
 }
 
@@ -203,12 +203,6 @@ CLI::Validator number_in(double lo, double hi, bool integer, bool lo_open) {
         return "expected " + expected + (above ? " and ≤ " + fmt(hi) : "") + ", got '" + text + "'";
       },
       expected);
-}
-
-CLI::Validator non_empty(const std::string& what) {
-  return CLI::Validator(
-      [what](std::string& text) -> std::string { return text.empty() ? "expected " + what + ", got ''" : ""; },
-      "");
 }
 
 CLI::Validator isa_name_check() {

@@ -5,6 +5,8 @@
 #include <sqrtdk/model.h>
 #include <sqrtdk/session.h>
 
+#include "tools/common/usage_error.h"
+
 #include <CLI/CLI.hpp>
 
 #include <cstdint>
@@ -76,9 +78,9 @@ std::vector<uint32_t> synthetic_tokens(const ModelConfig& config, size_t n);
 // [lo, hi] ((lo, hi] with lo_open); `integer` also refuses fractions. NaN and infinities never pass.
 CLI::Validator number_in(double lo, double hi, bool integer = true, bool lo_open = false);
 inline CLI::Validator at_least(double lo, bool integer = true) { return number_in(lo, 1e18, integer); }
-// Refuses an empty value ("expected <what>, got ''"): an option given as "" is a mistake (an unset shell variable),
-// never a silent "not given".
-CLI::Validator non_empty(const std::string& what);
+// An option given as "" is a mistake (an unset shell variable), never a silent "not given": tools::non_empty
+// (tools/common/usage_error.h) refuses it, saying what to give instead.
+using tools::non_empty;
 
 // Room to reserve per forward call in a Profiler (more than the ops of one call: fewer than 24 per layer, plus
 // the embedding, lm head and step slices), so recording never allocates inside a timed run.

@@ -212,7 +212,7 @@ void add_attention_map_command(CLI::App& app) {
                   "multiply q·k by this instead of the model's scale (1/sqrt(head_dim) unless the file sets "
                   "attention_scale), e.g. 1")
       ->check(number_in(1e-30, 1e30, false));
-  cmd->add_option("-o,--out", a->out, "SVG file to write")->check(non_empty("an output file"))->capture_default_str();
+  cmd->add_option("-o,--out", a->out, "SVG file to write")->check(non_empty("give the file to write"))->capture_default_str();
   cmd->add_option("--max-svg-mb", a->max_svg_mb, "refuse to write an SVG larger than this (MB; 0 = no cap)")
       ->check(at_least(0, false))
       ->capture_default_str();

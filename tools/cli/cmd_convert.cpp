@@ -96,7 +96,7 @@ void add_convert_command(CLI::App& app) {
   sub->add_option("input", a->input,
                   "Folder with config.json and model.safetensors (or its shards + index), a GGUF file or a .sqdk file")
       ->required();
-  sub->add_option("-o,--output", a->out, "Output .sqdk file")->required()->check(non_empty("an output file"));
+  sub->add_option("-o,--output", a->out, "Output .sqdk file")->required()->check(non_empty("give the file to write"));
   sub->add_option("--dtype", a->dtype,
                   "Output dtype f32, f16, bf16 or q8 (default: the checkpoint's, if uniform, else f32; see below)")
       ->check(CLI::IsMember({"f32", "f16", "bf16", "q8"}));

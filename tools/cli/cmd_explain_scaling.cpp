@@ -144,7 +144,7 @@ void add_explain_scaling_command(CLI::App& app) {
   cmd->add_option("--isa", a->isa, "force an ISA (any listed; default: the best this CPU has, or SQRTDK_ISA)")
       ->check(isa_name_check());
   cmd->add_option("--svg", a->svg, "write a plot of entropy and max probability against d_k (SVG) here")
-      ->check(non_empty("an output file"));
+      ->check(non_empty("give the file to write"));
   cmd->add_flag("--json", a->json, "print JSON instead of the table");
   cmd->callback([a] { run(*a); });
 }

@@ -221,8 +221,8 @@ void add_inspect_command(CLI::App& app) {
               "  sqrtdk inspect --model model.sqdk --json");
   // FILE or --model FILE (the flag every other subcommand takes); neither: the bundled model.
   auto* file = sub->add_option("file", o->path, "The .sqdk file (default: the bundled model)")
-                   ->check(non_empty("a model file"));
-  sub->add_option("-m,--model", o->path, "same as FILE")->check(non_empty("a model file"))->excludes(file);
+                   ->check(non_empty("give a model file, or leave the option out for the bundled model"));
+  sub->add_option("-m,--model", o->path, "same as FILE")->check(non_empty("give a model file, or leave the option out for the bundled model"))->excludes(file);
   o->path = default_model_path();
   sub->add_flag("--json", o->json, "Print JSON instead of a table");
   sub->add_flag("--check", o->check, "Count NaN/Inf values per tensor; exit 2 if any tensor holds one");

@@ -157,7 +157,7 @@ void add_make_toy_command(CLI::App& app) {
   sub->footer("Examples:\n  sqrtdk make-toy -o toy.sqdk --arch llama --seed 1\n"
               "  sqrtdk make-toy -o llama110m.sqdk --arch llama --d-model 768 --n-layers 12 --n-heads 12 --d-ff 2048 \\\n"
               "      --n-vocab 32000 --max-seq 1024 --tied --seed 1      # shaped like stories110M (sqrtdk bench)");
-  sub->add_option("-o,--output", o->out, "Output .sqdk file")->required()->check(non_empty("an output file"));
+  sub->add_option("-o,--output", o->out, "Output .sqdk file")->required()->check(non_empty("give the file to write"));
   std::vector<std::string> archs;  // every family in the registry (models/families.cpp)
   for (const ModelFamily* f : model_families()) archs.push_back(f->name);
   sub->add_option("--arch", o->arch, family_names())->required()->check(CLI::IsMember(archs));

@@ -90,7 +90,7 @@ void add_run_command(CLI::App& app) {
   a->prompt.add_to(*cmd, "The ");
   cmd->add_option("-k,--top-k", a->top_k, "how many candidates to print")->check(at_least(1));
   cmd->add_option("--logits", a->logits_path, "write the logits of every position to this .npy file")
-      ->check(non_empty("an output file"));
+      ->check(non_empty("give the file to write"));
   cmd->add_flag("--json", a->json, "print JSON instead of text");
   cmd->callback([a] { run(*a); });
 }

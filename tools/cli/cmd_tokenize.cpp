@@ -80,10 +80,10 @@ void add_tokenize_command(CLI::App& app) {
               "  sqrtdk tokenize --model gpt2.sqdk --decode 15496,995\n"
               "  sqrtdk tokenize --model llama.sqdk --no-special --json \"héllo 你好\"");
   cmd->add_option("-m,--model", a->model, "model file (.sqdk); default: the bundled model")
-      ->check(non_empty("a model file"));
+      ->check(non_empty("give a model file, or leave the option out for the bundled model"));
   auto* text = cmd->add_option("text", a->text, "the text to encode");
   cmd->add_option("--decode", a->decode, "decode these comma-separated ids instead")
-      ->check(non_empty("comma-separated token ids"))
+      ->check(non_empty("give comma-separated token ids"))
       ->excludes(text);
   cmd->add_flag("--no-special", a->no_special, "do not add BOS/EOS (Hugging Face add_special_tokens=False)");
   cmd->add_flag("--skip-special", a->skip_special, "--decode: leave special tokens out of the text");
