@@ -5,6 +5,7 @@
 // the output head. It sits in models/ so both the families and the engine's Session use it without a cycle.
 #pragma once
 
+#include <sqrtdk/error.h>
 #include <sqrtdk/op_event.h>
 
 #include "models/runtime/model_weights.h"
@@ -12,11 +13,13 @@
 #include "ops/rope/rope.h"
 #include "ops/base/aligned_buffer.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <functional>
 #include <optional>
 #include <span>
+#include <string>
 #include <vector>
 
 namespace sqrtdk {
@@ -86,6 +89,13 @@ struct ForwardState {
   // Throws sqrtdk::Error (out_of_memory) as AlignedBuffer does; the caller names its own knob.
   void allocate_activations(const ScratchWidths& widths) {
     const auto& c = m->config;
+    // max_batch × width must not wrap (a huge BatchOptions::max_rows wrapped to 0 floats: no scratch, then a
+    // write through null at the first step): past what any buffer could hold, out of memory, before allocating.
+    const size_t widest = std::max({size_t{c.d_model}, m->qkv_width(), size_t{c.n_heads} * c.head_dim,
+                                    widths.hidden, widths.gate});
+    if (max_batch > SIZE_MAX / sizeof(float) / widest)
+      throw Error(ErrorKind::out_of_memory, std::to_string(max_batch) + " rows of " + std::to_string(widest) +
+                                                " floats do not fit in the address space");
     x.allocate(max_batch * c.d_model);
     xb.allocate(max_batch * c.d_model);
     qkv.allocate(max_batch * m->qkv_width());

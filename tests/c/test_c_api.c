@@ -145,6 +145,14 @@ int main(int argc, char** argv) {
   CHECK(sqrtdk_session_generate(s, prompt, 3, &greedy, 8, out2, &n2) == SQRTDK_OK);
   CHECK(n1 > 0 && n1 == n2 && memcmp(out1, out2, n1 * sizeof(uint32_t)) == 0);
   CHECK(sqrtdk_session_generate(s, prompt, 3, &greedy, 8, NULL, &n1) == SQRTDK_ERR_INVALID_ARGUMENT);
+  /* A reset that succeeds clears the last error, as every successful call does (it kept the stale text). */
+  CHECK(sqrtdk_session_last_error(s, err, sizeof err) > 0);
+  CHECK(sqrtdk_session_reset(s) == SQRTDK_OK);
+  CHECK(sqrtdk_session_last_error(s, err, sizeof err) == 0);
+  /* max_new_tokens = 0 prefills the prompt (checked, in the context) and makes no token. */
+  CHECK(sqrtdk_session_generate(s, prompt, 3, &greedy, 0, NULL, &n1) == SQRTDK_OK && n1 == 0);
+  CHECK(sqrtdk_session_n_past(s) == 3);
+  CHECK(sqrtdk_session_reset(s) == SQRTDK_OK);
 
   float toy[4] = {0.0f, 3.0f, 1.0f, 3.0f};
   uint32_t tok = 99;

@@ -224,3 +224,27 @@ TEST_CASE("batch: bad steps throw before any sequence changes") {
   CHECK_THROWS_AS(batch.reserve(a, 49), Error);
   CHECK_THROWS_AS(batch.remove_sequence(b + 100), Error);
 }
+
+TEST_CASE("batch: huge kv_block and max_rows are handled, never a write through null") {
+  const ModelConfig config = test::toy_llama_config();  // max_seq 48
+  const auto model = toy(config, 16);
+  const auto t = tokens_for(5, config.n_vocab, 11);
+  // kv_block = SIZE_MAX wrapped capacity_for's rounding to a cache of 0 positions: now capped at max_context, so the
+  // step runs and gives the logits a small block gives.
+  Batch huge(model, {.max_context = 0, .max_rows = 8, .kv_block = SIZE_MAX, .n_threads = 1});
+  Batch small(model, {.max_context = 0, .max_rows = 8, .kv_block = 4, .n_threads = 1});
+  const auto h = huge.add_sequence(), s = small.add_sequence();
+  const auto lh = huge.step(std::vector<Batch::Work>{{h, t}});
+  const std::vector<float> from_huge(lh.begin(), lh.end());
+  const auto ls = small.step(std::vector<Batch::Work>{{s, t}});
+  REQUIRE(from_huge.size() == ls.size());
+  CHECK(std::memcmp(from_huge.data(), ls.data(), ls.size() * sizeof(float)) == 0);
+  // max_rows × width wrapped to 0 floats of scratch: now refused at construction, out of memory.
+  try {
+    Batch rows(model, {.max_context = 0, .max_rows = size_t{1} << 60, .kv_block = 16, .n_threads = 1});
+    FAIL("max_rows = 2^60 was accepted");
+  } catch (const Error& e) {
+    CHECK(e.kind() == ErrorKind::out_of_memory);
+    CHECK(std::string(e.what()).find("max_rows") != std::string::npos);
+  }
+}

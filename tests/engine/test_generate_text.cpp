@@ -134,4 +134,18 @@ TEST_CASE("token streamer: never emits half a UTF-8 character, and matches decod
   CHECK(out == "a\xC3\xA9 \xE4\xBD\xA0\xF0\x9F\x99\x82 \xEF\xBF\xBD\xEF\xBF\xBD(\xEF\xBF\xBD \xEF\xBF\xBD");
 }
 
+TEST_CASE("generate text: max_new_tokens = 0 prefills and checks the prompt, and makes no token") {
+  // It returned before the prefill: the session was left as it was and a bad id passed unnoticed.
+  Session session(bundled());
+  const std::vector<uint32_t> prompt = {256, 84, 104, 101};
+  const GenerateResult r = generate(session, prompt, greedy(0));
+  CHECK(r.tokens.empty());
+  CHECK(r.stop_reason == StopReason::max_tokens);
+  CHECK(session.n_past() == prompt.size());
+  session.reset();
+  const std::vector<uint32_t> bad = {1, 0xFFFFFFFFu};
+  CHECK_THROWS_AS(generate(session, bad, greedy(0)), Error);
+  CHECK(session.n_past() == 0);
+}
+
 }  // namespace sqrtdk

@@ -9,6 +9,7 @@
 
 #include "tests/common/toy_model.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -18,6 +19,7 @@
 #include <map>
 #include <optional>
 #include <stdexcept>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -349,4 +351,94 @@ TEST_CASE("scheduler: custom_step drives a generation with its own rules; withdr
   Collector f(1);
   REQUIRE(s.submit(failing, f.callbacks(0)) == Scheduler::Admission::accepted);
   CHECK(f.wait()[0].result.error == "boom");
+}
+
+TEST_CASE("scheduler: a callback that throws ends its own request, never the scheduler") {
+  const auto model = toy_model();
+  SchedulerOptions o;
+  o.max_running = 1;  // one at a time: each request below meets a scheduler the previous one may have broken
+  o.max_step_tokens = 16;
+  o.prefill_chunk = 8;
+  Scheduler s(model, o);
+  std::mutex m;
+  std::condition_variable cv;
+  std::vector<std::string> errors(4);
+  std::vector<int> done(4, 0);
+  std::vector<StopReason> reasons(4);
+  auto callbacks = [&](size_t i) {
+    Scheduler::Callbacks cb;
+    cb.on_done = [&, i](ScheduledResult&& r) {
+      std::lock_guard lk(m);
+      errors[i] = r.error;
+      reasons[i] = r.result.stop_reason;
+      ++done[i];
+      cv.notify_all();
+      if (i == 1) throw std::runtime_error("client went away");  // was: finish() twice, a use after free
+    };
+    return cb;
+  };
+  Scheduler::Callbacks start_throws = callbacks(0);
+  start_throws.on_start = [] { throw std::runtime_error("no stream to write to"); };  // was: std::terminate
+  Scheduler::Callbacks cancelled_throws = callbacks(2);
+  cancelled_throws.cancelled = [] () -> bool { throw std::runtime_error("flag gone"); };  // was: std::terminate
+  REQUIRE(s.submit(request(prompt_of(5, 1), 8, 1), start_throws) == Scheduler::Admission::accepted);
+  REQUIRE(s.submit(request(prompt_of(5, 2), 8, 2), callbacks(1)) == Scheduler::Admission::accepted);
+  REQUIRE(s.submit(request(prompt_of(5, 3), 8, 3), cancelled_throws) == Scheduler::Admission::accepted);
+  REQUIRE(s.submit(request(prompt_of(5, 4), 8, 4), callbacks(3)) == Scheduler::Admission::accepted);
+  std::unique_lock lk(m);
+  REQUIRE(cv.wait_for(lk, std::chrono::seconds(120), [&] { return std::count(done.begin(), done.end(), 1) == 4; }));
+  CHECK(errors[0].find("on_start threw: no stream to write to") != std::string::npos);
+  CHECK(errors[1].empty());
+  CHECK(reasons[1] == StopReason::max_tokens);
+  CHECK(reasons[2] == StopReason::callback);  // a throwing cancelled() counts as cancelled
+  CHECK(errors[3].empty());                   // and the scheduler still serves the next request
+  CHECK(reasons[3] == StopReason::max_tokens);
+  CHECK(done == std::vector<int>{1, 1, 1, 1});  // exactly once each
+  lk.unlock();
+  // max_new_tokens = 0: prefilled, no token, as generate() (it made one).
+  Collector c(1);
+  REQUIRE(s.submit(request(prompt_of(5, 5), 0, 5), c.callbacks(0)) == Scheduler::Admission::accepted);
+  const auto zero = c.wait();
+  CHECK(zero[0].tokens.empty());
+  CHECK(zero[0].result.error.empty());
+  CHECK(zero[0].result.result.stop_reason == StopReason::max_tokens);
+}
+
+TEST_CASE("scheduler: a huge max_new_tokens reserves a whole context, not a wrapped sum") {
+  const auto model = toy_model();  // max_seq 160
+  SchedulerOptions o;
+  o.max_running = 4;
+  o.max_step_tokens = 32;
+  o.prefill_chunk = 8;
+  o.prefix_cache_entries = 0;
+  o.step_delay_ms = 1;
+  Batch sizing(model, {.max_context = 0, .max_rows = 8, .kv_block = 16, .n_threads = 1});
+  o.kv_budget_bytes = sizing.kv_bytes_for(160);  // one full context
+  Scheduler s(model, o);
+  std::atomic<int> running{0}, most{0}, done{0};
+  std::mutex m;
+  std::condition_variable cv;
+  auto callbacks = [&] {
+    Scheduler::Callbacks cb;
+    cb.on_start = [&] {
+      const int now = ++running;
+      int prev = most.load();
+      while (now > prev && !most.compare_exchange_weak(prev, now)) {
+      }
+    };
+    cb.on_done = [&](ScheduledResult&& r) {
+      CHECK(r.result.stop_reason == StopReason::context_full);  // it runs until the context is full
+      --running;
+      std::lock_guard lk(m);
+      ++done;
+      cv.notify_all();
+    };
+    return cb;
+  };
+  // 5 + SIZE_MAX wrapped to 4 tokens' reservation: all three ran at once in a budget of one context.
+  for (uint32_t i = 0; i < 3; ++i)
+    REQUIRE(s.submit(request(prompt_of(5, i), SIZE_MAX, i), callbacks()) == Scheduler::Admission::accepted);
+  std::unique_lock lk(m);
+  REQUIRE(cv.wait_for(lk, std::chrono::seconds(120), [&] { return done.load() == 3; }));
+  CHECK(most.load() == 1);
 }

@@ -85,7 +85,8 @@ struct GenerateResult {
 };
 
 // Prefills `prompt` (appended to the session's context) and generates up to max_new_tokens tokens, stopping at an
-// end token (by default), a stop token or string, or when the context is full.
+// end token (by default), a stop token or string, or when the context is full. max_new_tokens = 0 only prefills
+// (the prompt is checked and in the context; no token, stop_reason max_tokens).
 GenerateResult generate(Session& session, std::span<const uint32_t> prompt, const GenerateOptions& options);
 
 // The built-in byte-level tokenizer: ids 0..255 are bytes; BOS/EOS come from the model config.

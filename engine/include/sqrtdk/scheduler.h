@@ -19,7 +19,9 @@
 // prefills only the rest.
 //
 // Callbacks run on the scheduler thread: keep them short (hand the data to your I/O thread). on_done runs exactly
-// once per accepted request, also when it ends by an error, a cancel or the scheduler's destruction.
+// once per accepted request, also when it ends by an error, a cancel or the scheduler's destruction. What a callback
+// throws never unwinds through the scheduler: on_token or on_start throwing ends that request with the exception's
+// message as its error, cancelled throwing counts as true, and on_done throwing is ignored (its request is over).
 #pragma once
 
 #include <sqrtdk/generate.h>
@@ -39,7 +41,8 @@
 namespace sqrtdk {
 
 struct SchedulerOptions {
-  size_t max_context = 0;        // prompt + new tokens per request at most; 0: the model's max_seq
+  size_t max_context = 0;        // prompt + new tokens per request at most (a generation that reaches it stops,
+                                 // context_full, as generate()); 0: the model's max_seq
   size_t max_running = 16;       // generations stepped together at most
   size_t max_queue = 64;         // requests waiting to start: submit() says queue_full once running + queued
                                  // requests reach max_running + max_queue
@@ -118,7 +121,7 @@ class Scheduler {
   enum class Admission {
     accepted,
     queue_full,  // max_queue requests wait already
-    too_large,   // prompt + max_new_tokens exceed max_context, or its KV exceeds the whole budget
+    too_large,   // the prompt alone exceeds max_context, or its KV reservation exceeds the whole budget
     closed,      // the scheduler is shutting down
   };
 

@@ -42,6 +42,8 @@ typedef struct sqrtdk_model_config {
   int has_tokenizer;       /* 1 if sqrtdk_tokenize / sqrtdk_detokenize / stop strings work on this model */
 } sqrtdk_model_config;
 
+/* Where a function takes `const sqrtdk_sampling*`, NULL means the C++ defaults (<sqrtdk/generate.h>
+ * SamplingOptions: temperature 0.8, top_k 40, top_p 0.95, seed 42). */
 typedef struct sqrtdk_sampling {
   float temperature; /* 0: greedy */
   uint32_t top_k;    /* 0: all */

@@ -203,8 +203,7 @@ sqrtdk_status sqrtdk_session_decode(sqrtdk_session* s, uint32_t token, const flo
 
 sqrtdk_status sqrtdk_session_reset(sqrtdk_session* s) {
   if (!s) return SQRTDK_ERR_INVALID_ARGUMENT;
-  s->session.reset();
-  return SQRTDK_OK;
+  return session_call(s, [&] { s->session.reset(); });  // also clears the last error, as every successful call
 }
 
 size_t sqrtdk_session_n_past(const sqrtdk_session* s) { return s ? s->session.n_past() : 0; }

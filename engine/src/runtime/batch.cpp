@@ -92,7 +92,9 @@ Batch::Batch(std::shared_ptr<const Model> model, const BatchOptions& options)
   if (options.max_rows == 0) throw Error("Batch: max_rows must be >= 1");
   if (options.kv_block == 0) throw Error("Batch: kv_block must be >= 1");
   s.max_batch = options.max_rows;
-  s.kv_block = options.kv_block;
+  // No block is larger than a whole context: capped so the rounding in capacity_for cannot wrap (SIZE_MAX gave a
+  // cache of 0 positions, then a write through null).
+  s.kv_block = std::min(options.kv_block, s.max_context);
   s.n_threads = resolve_threads(options.n_threads);
   s.row_order = ops::RowOrder::invariant;
   s.last_rows_only = true;  // a step returns each item's last position's logits only

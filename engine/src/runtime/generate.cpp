@@ -120,9 +120,10 @@ const char* stop_reason_name(StopReason reason) {
 
 GenerateResult generate(Session& session, std::span<const uint32_t> prompt, const GenerateOptions& options) {
   Generation gen(session.model(), options);
-  GenerateResult result;
-  if (options.max_new_tokens == 0) return result;
+  // The prompt is prefilled (validated, and in the context) even when no token is wanted, as the contract says: it
+  // returned before the prefill, so max_new_tokens = 0 skipped the prompt's checks and left the session as it was.
   std::span<const float> logits = session.prefill(prompt);
+  if (options.max_new_tokens == 0) return gen.finish();
   bool done = false;
   while (!done) {
     done = gen.next(logits, session.n_past() >= session.max_context(), options.on_token);

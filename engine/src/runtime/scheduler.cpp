@@ -161,8 +161,31 @@ class SchedulerImpl {
   const SchedulerOptions& options() const { return options_; }
 
  private:
-  size_t reservation(const ScheduledRequest& r) const {
-    return batch_.kv_bytes_for(std::min(options_.max_context, r.prompt.size() + r.generate.max_new_tokens));
+  // Prompt + max_new_tokens, at most max_context (a generation stops there, context_full). The sum is taken so it
+  // cannot wrap: max_new_tokens = SIZE_MAX made 5 + SIZE_MAX = 4 tokens' reservation, and the budget limit nothing.
+  size_t reserve_tokens(const ScheduledRequest& r) const {
+    return std::min(options_.max_context, r.prompt.size() + std::min(r.generate.max_new_tokens, options_.max_context));
+  }
+  size_t reservation(const ScheduledRequest& r) const { return batch_.kv_bytes_for(reserve_tokens(r)); }
+
+  // The callbacks are the caller's code, on the scheduler thread: what they throw must not unwind through the
+  // scheduler (it did: a throwing on_done ran finish() twice on one generation, use after free; a throwing on_start
+  // or cancelled ended the process). on_start throwing ends its request with that error; cancelled throwing counts
+  // as cancelled; on_done throwing is swallowed, since its request is over and no one is left to tell.
+  static void call_on_done(Scheduler::Callbacks& callbacks, ScheduledResult&& result) noexcept {
+    if (!callbacks.on_done) return;
+    try {
+      callbacks.on_done(std::move(result));
+    } catch (...) {
+    }
+  }
+  static bool call_cancelled(const Scheduler::Callbacks& callbacks) noexcept {
+    if (!callbacks.cancelled) return false;
+    try {
+      return callbacks.cancelled();
+    } catch (...) {
+      return true;
+    }
   }
   size_t committed() const { return reserved_ + prefix_bytes_; }
 
@@ -192,7 +215,7 @@ class SchedulerImpl {
         stopping = stopping_;
         closed = closed_;
         for (auto it = queue_.begin(); it != queue_.end();) {
-          if (closed || (it->callbacks.cancelled && it->callbacks.cancelled())) {
+          if (closed || call_cancelled(it->callbacks)) {
             ended.push_back(std::move(*it));
             it = queue_.erase(it);
           } else {
@@ -229,7 +252,7 @@ class SchedulerImpl {
     ScheduledResult r;
     r.prompt_tokens = p.request.prompt.size();
     r.result.stop_reason = StopReason::callback;
-    if (p.callbacks.on_done) p.callbacks.on_done(std::move(r));
+    call_on_done(p.callbacks, std::move(r));
   }
 
   // Starts queued requests in order while a generation slot and their KV reservation are free.
@@ -257,7 +280,7 @@ class SchedulerImpl {
     Running& r = running_.back();
     r.reserved_bytes = need;
     r.started = now_seconds();
-    const size_t reserve_tokens = std::min(options_.max_context, r.prompt().size() + r.pending.request.generate.max_new_tokens);
+    const size_t tokens = reserve_tokens(r.pending.request);
     // Prefix cache: the longest whole-chunk prefix kept, leaving at least one prompt token to prefill (its logits
     // are the first token's).
     PrefixEntry* best = nullptr;
@@ -275,14 +298,14 @@ class SchedulerImpl {
     }
     try {
       if (best) {
-        r.sequence = batch_.fork_sequence(best->sequence, best_n, reserve_tokens);
+        r.sequence = batch_.fork_sequence(best->sequence, best_n, tokens);
         best->last_used = ++clock_;
         r.fed = r.cached = best_n;
         ++stats_local_.prefix_hits;
         stats_local_.prefix_tokens_reused += best_n;
       } else {
         r.sequence = batch_.add_sequence();
-        batch_.reserve(r.sequence, reserve_tokens);
+        batch_.reserve(r.sequence, tokens);
         if (options_.prefix_cache_entries > 0) ++stats_local_.prefix_misses;
       }
     } catch (const Error& e) {
@@ -290,7 +313,15 @@ class SchedulerImpl {
       return;
     }
     // Its cache exists: from here it runs (a server sends a stream's headers now, a 503 no longer possible).
-    if (r.pending.callbacks.on_start) r.pending.callbacks.on_start();
+    if (r.pending.callbacks.on_start) {
+      try {
+        r.pending.callbacks.on_start();
+      } catch (const std::exception& e) {
+        finish(std::prev(running_.end()), std::string("on_start threw: ") + e.what());
+      } catch (...) {
+        finish(std::prev(running_.end()), "on_start threw");
+      }
+    }
   }
 
   void evict_lru() {
@@ -334,7 +365,7 @@ class SchedulerImpl {
     // Running generations that were cancelled stop before the step.
     for (auto it = running_.begin(); it != running_.end();) {
       auto next = std::next(it);
-      if (it->pending.callbacks.cancelled && it->pending.callbacks.cancelled()) {
+      if (call_cancelled(it->pending.callbacks)) {
         it->gen.result().stop_reason = StopReason::callback;
         finish(it, "");
       }
@@ -400,6 +431,10 @@ class SchedulerImpl {
           }
           continue;
         }
+        if (r.pending.request.generate.max_new_tokens == 0) {  // prefilled, and no token wanted: as generate()
+          finish(who_[j], "");
+          continue;
+        }
         bool done = r.gen.next(row, full);
         ++produced;
         if (r.first_token == 0) r.first_token = now;
@@ -417,6 +452,8 @@ class SchedulerImpl {
         else r.next_token = r.gen.last_token();
       } catch (const std::exception& e) {
         finish(who_[j], e.what());
+      } catch (...) {  // on_token or custom_step threw something else
+        finish(who_[j], "a callback threw a non-standard exception");
       }
     }
     stats_local_.generated_tokens += produced;
@@ -469,7 +506,7 @@ class SchedulerImpl {
       stats_.kv_used_bytes = batch_.kv_bytes();
       stats_.kv_reserved_bytes = committed();
     }
-    if (callbacks.on_done) callbacks.on_done(std::move(out));
+    call_on_done(callbacks, std::move(out));
   }
 
   void publish(size_t rows, size_t sequences) {
