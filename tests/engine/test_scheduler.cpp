@@ -94,6 +94,13 @@ class Collector {
   std::map<size_t, bool> last_seen_;
 };
 
+// most = max(most, value), from any thread: the most generations seen running at once.
+void raise_to(std::atomic<int>& most, int value) {
+  int prev = most.load();
+  while (value > prev && !most.compare_exchange_weak(prev, value)) {
+  }
+}
+
 ScheduledRequest request(std::vector<uint32_t> prompt, size_t max_new, uint64_t seed) {
   ScheduledRequest r;
   r.prompt = std::move(prompt);
@@ -189,10 +196,7 @@ TEST_CASE("scheduler: KV admission queues what does not fit, refuses what never 
     cb.on_token = [&, seen](const TokenEvent&) {
       if (!*seen) {
         *seen = true;
-        const int now = ++running;
-        int prev = most.load();
-        while (now > prev && !most.compare_exchange_weak(prev, now)) {
-        }
+        raise_to(most, ++running);
       }
       return true;
     };
@@ -421,10 +425,7 @@ TEST_CASE("scheduler: a huge max_new_tokens reserves a whole context, not a wrap
   auto callbacks = [&] {
     Scheduler::Callbacks cb;
     cb.on_start = [&] {
-      const int now = ++running;
-      int prev = most.load();
-      while (now > prev && !most.compare_exchange_weak(prev, now)) {
-      }
+      raise_to(most, ++running);
     };
     cb.on_done = [&](ScheduledResult&& r) {
       CHECK(r.result.stop_reason == StopReason::context_full);  // it runs until the context is full

@@ -47,16 +47,16 @@ void run_convert(const ConvertArgs& a) {
     if (!progress) progress = std::make_unique<Progress>("converting", static_cast<size_t>(total), a.quiet);
     progress->update(static_cast<size_t>(done));
   };
+  const bool gguf = file_starts_with(a.input, "GGUF"), sqdk = !gguf && file_starts_with(a.input, "SQDK");
   // What is neither magic nor a folder: say what was looked for (the folder importer alone said "not a folder").
   std::error_code ec;
-  if (std::filesystem::exists(a.input, ec) && !std::filesystem::is_directory(a.input, ec) &&
-      !file_starts_with(a.input, "GGUF") && !file_starts_with(a.input, "SQDK"))
+  if (!gguf && !sqdk && std::filesystem::exists(a.input, ec) && !std::filesystem::is_directory(a.input, ec))
     throw Error(ErrorKind::bad_file, a.input + ": not a .sqdk file (magic SQDK), a GGUF file (magic GGUF) or a "
                                                "Hugging Face checkpoint folder");
   const auto start = std::chrono::steady_clock::now();
-  const ConvertResult r = file_starts_with(a.input, "GGUF")   ? convert_gguf(a.input, a.out, options)
-                          : file_starts_with(a.input, "SQDK") ? convert_sqdk(a.input, a.out, options)
-                                                               : convert_hf_checkpoint(a.input, a.out, options);
+  const ConvertResult r = gguf   ? convert_gguf(a.input, a.out, options)
+                          : sqdk ? convert_sqdk(a.input, a.out, options)
+                                 : convert_hf_checkpoint(a.input, a.out, options);
   progress.reset();
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const std::string types = r.head_dtype == r.dtype ? std::string(dtype_name(r.dtype))
