@@ -10,7 +10,11 @@
 // Method (what a reader of the figures needs to know): wall-clock time; each sample repeats one call until it
 // lasts ≥ 5 ms and takes the mean, and samples of ours, oneDNN and OpenBLAS alternate (ours, oneDNN, OpenBLAS,
 // ours, ...) so noise from other processes on a shared machine hits all three alike; the figure is the median of
-// --reps samples. Caches are warm (the same weights every call: decode shapes that fit in the L3 are read from it).
+// --reps samples. Caches are warm by default (the same weights every call: decode shapes that fit in the L3 are
+// read from it). --cold (f32) gives each contender copies of the weights, together at least twice the L3 (96 MiB at
+// least), and each call reads the next copy: its weights come from DRAM, as each layer's do in a forward pass
+// (every layer's weights are read once per prefill or decode step); src and dst stay warm, as the activations do.
+// Every contender cycles its own copies the same way, so the comparison stays like for like.
 // Each peer gets its best configuration, prepared outside the timed loop:
 //   ours:     weights packed once; gemm() with the thread count as its argument.
 //   oneDNN:   per shape and thread count, a matmul primitive created for that exact M with that OpenMP thread
@@ -73,6 +77,7 @@
 #include <map>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 using namespace sqrtdk;
@@ -531,11 +536,13 @@ int main(int argc, char** argv) try {
       "  --onednn-isa NAME      cap oneDNN's ISA: avx512_core, avx512_core_vnni, avx512_core_bf16, "
       "avx512_core_amx, all (default: its best)\n"
       "  --sweep                f32 only: time our GEMM with the machine's block sizes (kc, mc, nc) and with each "
-      "moved alone around them, on the M > 1 cases; no peers");
+      "moved alone around them, on the M > 1 cases; no peers\n"
+      "  --cold                 f32 only: each contender cycles through copies of the weights (together >= 2x the "
+      "L3), so every call reads its weights from DRAM, as a forward pass does; src and dst stay warm");
   Isa isa = default_isa();
   std::string only, onednn_isa;
   ops::WeightType dtype = ops::WeightType::f32;
-  bool quick = false, sweep = false;
+  bool quick = false, sweep = false, cold = false;
   for (size_t i = 0; i < args.rest.size(); ++i) {
     const std::string& a = args.rest[i];
     if (a == "--isa" && i + 1 < args.rest.size()) {
@@ -551,6 +558,8 @@ int main(int argc, char** argv) try {
       quick = true;
     } else if (a == "--sweep") {
       sweep = true;
+    } else if (a == "--cold") {
+      cold = true;
     } else if (a == "--onednn-isa" && i + 1 < args.rest.size()) {
       onednn_isa = args.rest[++i];
     } else if (a == "--only" && i + 1 < args.rest.size()) {
@@ -565,8 +574,11 @@ int main(int argc, char** argv) try {
   }
   if (!onednn_isa.empty()) onednn_set_max_cpu_isa(onednn_isa);  // before oneDNN creates any primitive
   const bool typed = dtype != ops::WeightType::f32;
+  if (cold && (typed || sweep))
+    throw Error(std::string("--cold: f32 only, without --sweep (") + (typed ? "--dtype " : "--sweep ") + "given)");
   const std::vector<Case> cases = make_cases(args.smoke, quick, typed, only);
-  const std::string timing = "wall-clock median of " + std::to_string(args.reps) + " interleaved samples, warm caches";
+  const char* caches = cold ? "cold weights" : "warm caches";
+  const std::string timing = "wall-clock median of " + std::to_string(args.reps) + " interleaved samples, " + caches;
   if (sweep) {
     if (typed) throw Error("bench-gemm --sweep: f32 only (the bf16/q8 kernels' block sizes are constants)");
     std::string why;
@@ -647,8 +659,11 @@ int main(int argc, char** argv) try {
         {"statistic", "median of --reps samples; a sample (after the other contenders' threads went idle and one "
                       "untimed call) is the mean of repeated calls lasting >= 5 ms"},
         {"order", "interleaved per sample: sqrtdk, oneDNN, OpenBLAS"},
-        {"caches", "warm (same weights every call): decode weight GB/s is set against the read roof of the level "
-                   "the weights fit in (L2, L3 or DRAM)"},
+        {"caches", cold ? "cold weights (--cold: each contender cycles through copies of the weights together at "
+                          "least twice the L3, one copy per call; src and dst warm): decode weight GB/s is set "
+                          "against the DRAM read roof"
+                        : "warm (same weights every call): decode weight GB/s is set against the read roof of the "
+                          "level the weights fit in (L2, L3 or DRAM)"},
         {"reps", args.reps},
         {"onednn", "primitive per shape and thread count, weights reordered and memory objects made outside the "
                    "timed loop; only execute + wait timed"},
@@ -668,35 +683,56 @@ int main(int argc, char** argv) try {
     std::string impl;
   };
   std::vector<Timed> timed;
+  // --cold: the bytes of weight copies each contender cycles through (twice the L3, at least 96 MiB: the same
+  // bound as interleaved_medians_cold's eviction buffer); --smoke: two copies, the mechanism only.
+  const size_t cold_bytes = args.smoke ? 0 : std::max(size_t{96} << 20, 2 * roofs::detect_cache_sizes().l3);
+  auto copies_of = [&](const Case& c) {  // the weight copies a contender cycles through: 1 when warm
+    const size_t bytes = sizeof(float) * c.N * c.K;
+    return cold ? std::max<size_t>(2, (cold_bytes + bytes - 1) / bytes) : size_t{1};
+  };
   for (const Case& c : cases) {
-    const auto src = random_vector(c.M * c.K, 1), w = random_vector(c.N * c.K, 2);
+    const auto src = random_vector(c.M * c.K, 1);
+    const size_t copies = copies_of(c);
+    // The raw weights (OpenBLAS reads them as they are); with --cold, `copies` of them back to back.
+    std::vector<float> w = random_vector(c.N * c.K, 2);
+    w.reserve(copies * c.N * c.K);
+    for (size_t i = 1; i < copies; ++i) w.insert(w.end(), w.begin(), w.begin() + static_cast<ptrdiff_t>(c.N * c.K));
+    auto raw = [&](size_t i) { return w.data() + i * c.N * c.K; };
     // One output per contestant, so none finds another's output in its cache.
     std::vector<float> dst(c.M * c.N), dst_dnnl(c.M * c.N), dst_blas(c.M * c.N);
-    const PackedWeights ours = PackedWeights::pack(w.data(), c.N, c.K, c.K, isa);
+    std::vector<PackedWeights> ours;
+    for (size_t i = 0; i < copies; ++i) ours.push_back(PackedWeights::pack(raw(i), c.N, c.K, c.K, isa));
     const int M = static_cast<int>(c.M), N = static_cast<int>(c.N), K = static_cast<int>(c.K);
     for (int t : args.threads) {
       // oneDNN and OpenBLAS take their thread counts from state (the OpenMP ICV, OpenBLAS's own): set for this
       // block, restored on every exit. Ours takes t as an argument.
       const ScopedOmpThreads omp_threads(t);
       if (with_openblas) openblas_set_num_threads(t);
-      OnednnMatmul dnnl(w.data(), c.N, c.K, c.K, c.M, c.K, c.N, {}, nullptr, t);
-      dnnl.bind(src.data(), dst_dnnl.data());
+      std::vector<OnednnMatmul> dnnl;  // one primitive per copy, each with its own reordered weights
+      for (size_t i = 0; i < copies; ++i) {
+        dnnl.emplace_back(raw(i), c.N, c.K, c.K, c.M, c.K, c.N, ops::GemmEpilogue{}, nullptr, t);
+        dnnl.back().bind(src.data(), dst_dnnl.data());
+      }
+      // Each contender's next copy (always 0 when warm).
+      size_t next_ours = 0, next_dnnl = 0, next_blas = 0;
+      auto advance = [copies](size_t& i) { return std::exchange(i, (i + 1) % copies); };
       std::vector<std::function<void()>> fns = {
-          [&] { ops::gemm(src.data(), c.M, c.K, ours, dst.data(), c.N, {}, t); }, [&] { dnnl.execute(); }};
+          [&] { ops::gemm(src.data(), c.M, c.K, ours[advance(next_ours)], dst.data(), c.N, {}, t); },
+          [&] { dnnl[advance(next_dnnl)].execute(); }};
       if (with_openblas)
         fns.push_back([&] {
+          const float* wi = raw(advance(next_blas));
           if (c.M == 1)
-            cblas_sgemv(CblasRowMajor, CblasNoTrans, N, K, 1.0f, w.data(), K, src.data(), 1, 0.0f, dst_blas.data(),
-                        1);
+            cblas_sgemv(CblasRowMajor, CblasNoTrans, N, K, 1.0f, wi, K, src.data(), 1, 0.0f, dst_blas.data(), 1);
           else
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.0f, src.data(), K, w.data(), K, 0.0f,
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.0f, src.data(), K, wi, K, 0.0f,
                         dst_blas.data(), N);
         });
       const std::vector<double> s = interleaved_medians(fns, args.reps);
       // The three computed the same product (a peer called wrongly would be timed doing something else).
       check_agree(c, "oneDNN", dst, dst_dnnl);
       if (with_openblas) check_agree(c, "OpenBLAS", dst, dst_blas);
-      timed.push_back({&c, t, s[0], s[1], with_openblas ? s[2] : 0.0, dnnl.impl_name()});
+      timed.push_back({&c, t, s[0], s[1], with_openblas ? s[2] : 0.0, dnnl.front().impl_name()});
     }
   }
   remeasure_roofs(isa, args, roofs);
@@ -709,9 +745,11 @@ int main(int argc, char** argv) try {
     const double g_blas = m.s_blas > 0 ? gflops(c, m.s_blas) : 0;
     const double weight_gbs = 4.0 * c.N * c.K / m.s_ours * 1e-9;
     const bool decode = c.M == 1;
-    // Warm weights: the roof is the level they fit in (an L3-resident shape is never set against DRAM).
+    // Warm weights: the roof is the level they fit in (an L3-resident shape is never set against DRAM); cold: the
+    // level all the copies fit in, DRAM.
     ReadRoof read_roof;
-    const RoofShare bw_share = share_of_read_roof(weight_gbs, 4.0 * c.N * c.K, roofs.at(m.t), &read_roof);
+    const RoofShare bw_share =
+        share_of_read_roof(weight_gbs, 4.0 * c.N * c.K * static_cast<double>(copies_of(c)), roofs.at(m.t), &read_roof);
     const RoofShare peak_share = share_of_roof(g, roofs.at(m.t).peak_gflops, "FMA peak");
     table.add({c.name(), std::to_string(m.t), fmt(g), pct_cell(peak_share), decode ? fmt(weight_gbs) : "",
                decode ? pct_cell(bw_share) + " " + memory_level_name(read_roof.level) : "",
@@ -736,10 +774,12 @@ int main(int argc, char** argv) try {
   if (args.json) {
     std::printf("%s\n", out.dump(2).c_str());
   } else {
-    std::printf("bench-gemm: isa %s (%s) on %s; wall-clock medians of %d interleaved samples, warm caches; "
-                "roofs measured before and after the cases, the higher of each kept (decode GB/s against the read "
-                "roof of the level the weights fit in):\n",
-                isa_name(isa), kernel, out["machine"]["cpu"].get<std::string>().c_str(), args.reps);
+    std::printf("bench-gemm: isa %s (%s) on %s; wall-clock medians of %d interleaved samples, %s; roofs measured "
+                "before and after the cases, the higher of each kept (decode GB/s against the read roof of the "
+                "level the weights %s):\n",
+                isa_name(isa), kernel, out["machine"]["cpu"].get<std::string>().c_str(), args.reps,
+                cold ? "cold weights (each call reads another copy: >= 2x the L3 in all, from DRAM)" : "warm caches",
+                cold ? "come from: DRAM" : "fit in");
     for (int t : args.threads)
       std::printf("  %d thread(s): FMA peak %.1f GFLOP/s; read DRAM %.1f, L3 %.1f, L2 %.1f GB/s\n", t,
                   roofs.at(t).peak_gflops, roofs.at(t).dram_gbs, roofs.at(t).l3_gbs, roofs.at(t).l2_gbs);
