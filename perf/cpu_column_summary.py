@@ -11,6 +11,10 @@ the pairs), and optionally attention.json (bench-attention) and ort.json (perf/o
 import glob, json, os, statistics, sys, tempfile
 
 
+# A profile pair whose 2-thread pass took at least this share of its 1-thread pass's time (column()).
+COLLAPSED_2T_OVER_1T = 0.8
+
+
 def column(out):
     load = lambda path: json.load(open(path))
     lscpu = dict(line.split(":", 1) for line in open(os.path.join(out, "lscpu.txt")) if ":" in line)
@@ -101,6 +105,16 @@ def column(out):
             scaling[T] = {"pairs": len(one), "t1_ms": 1e3 * statistics.median(one), "t2_ms": 1e3 * statistics.median(two),
                           "ratio": statistics.median(one) / statistics.median(two),
                           "host_fma_2t_over_1t": fma, "host_dram_2t_over_1t": dram, "host_busy": any(b for _, _, b in host)}
+            # A 2-thread pass at most 1.25x faster than the 1-thread pass beside it ran at about one thread's speed
+            # for much of its time: the second vCPU was held (by another tenant, or the pool backed off after its
+            # helper stalled; thread_pool.h). Counted and shown beside the verdict, which stays on all pairs.
+            slow = [(a, b) for a, b in zip(one, two) if b >= COLLAPSED_2T_OVER_1T * a]
+            rest = [(a, b) for a, b in zip(one, two) if b < COLLAPSED_2T_OVER_1T * a]
+            scaling[T]["collapsed_pairs"] = len(slow)
+            scaling[T]["collapsed_t2_ms"] = [1e3 * b for _, b in slow]
+            if slow and rest:
+                scaling[T]["ratio_without_collapsed"] = (statistics.median([a for a, _ in rest])
+                                                         / statistics.median([b for _, b in rest]))
     summary["scaling_2t_over_1t"] = scaling
 
     if os.path.exists(os.path.join(out, "attention.json")):
@@ -173,8 +187,13 @@ def column(out):
         dram = [m for T in scaling for m in scaling[T]["host_dram_2t_over_1t"]]
         host = (f"; bench-machine before, between and after: FMA peak 2t ÷ 1t {span(fma, '{:.2f}')}, DRAM read 2t ÷ 1t "
                 f"{span(dram, '{:.2f}')}" if fma and dram else "")
+        collapsed = "".join(
+            f"; at T = {T}, {sc['collapsed_pairs']} of {sc['pairs']} two-thread passes ran at about one thread's speed "
+            f"({span(sc['collapsed_t2_ms'])} ms against a 2-thread median of {sc['t2_ms']:.0f})"
+            + (f", {sc['ratio_without_collapsed']:.2f} without those pairs" if "ratio_without_collapsed" in sc else "")
+            for T, sc in sorted(scaling.items()) if sc["collapsed_pairs"])
         rows.append(f"| 2t ÷ 1t prefill at T = {' / '.join(str(T) for T in sorted(scaling))} | {' / '.join(cells)} "
-                    f"(`sqrtdk profile`, medians of {pairs} interleaved pairs{host}) |")
+                    f"(`sqrtdk profile`, medians of {pairs} interleaved pairs{host}{collapsed}) |")
     if "attention" in summary:
         a = summary["attention"]
         rows.append(f"| attention path within 3% of the faster | {bold(str(a['within_3pct']) + ' of ' + str(a['rows']), a['within_3pct'] == a['rows'])}"
@@ -201,7 +220,7 @@ def _machine(fma1, fma2, busy, dram1=40.0, dram2=50.0):
     return {"roofs": roofs, "host_busy": busy}
 
 
-def _write_folder(path, busy_gemm, busy_bench, busy_probe3):
+def _write_folder(path, busy_gemm, busy_bench, busy_probe3, collapsed_pairs=0):
     os.makedirs(path, exist_ok=True)
     dump = lambda name, doc: json.dump(doc, open(os.path.join(path, name), "w"))
     open(os.path.join(path, "lscpu.txt"), "w").write("Model name: Test CPU\nCPU family: 1\nModel: 2\n")
@@ -216,8 +235,10 @@ def _write_folder(path, busy_gemm, busy_bench, busy_probe3):
                                               for T in (32, 128, 512)]} for t in (1, 2)]
         dump(f"bench_{i}.json", {"machine": _machine(250, 260 if busy else 500, busy), "results": results})
     for T, t2 in ((128, 0.052), (512, 0.205)):  # 2t ÷ 1t: 1.92 and 1.95
-        for i in (1, 2):
-            for t, seconds in ((1, 0.1 * T / 128), (2, t2)):
+        n = 2 + (collapsed_pairs if T == 128 else 0)  # collapsed pairs: T = 128's 2t pass at 0.095 s (1.05x)
+        for i in range(1, n + 1):
+            slow = T == 128 and i > n - collapsed_pairs
+            for t, seconds in ((1, 0.1 * T / 128), (2, 0.095 if slow else t2)):
                 dump(f"profile_T{T}_t{t}_{i}.json", {"phases": {"prefill": {"seconds": seconds}}})
     for n in (1, 2, 3):
         busy = n == 3 and busy_probe3
@@ -249,6 +270,18 @@ def self_test():
         _write_folder(quiet, busy_gemm=[False], busy_bench=[False], busy_probe3=False)
         sc = [line for line in column(quiet).splitlines() if line.startswith("| 2t ÷ 1t")][0]
         check("**1.92** / **1.95**" in sc, f"a quiet folder: both scalings met: {sc!r}")
+        # 2 clean pairs (1.92) and 1 collapsed: the median stays 0.052 s (1.92), the collapsed pass counted beside it;
+        # 3 collapsed of 5: the verdict stays on all pairs (median 0.095 s: 1.05), the clean pairs' 1.92 beside it.
+        some = os.path.join(tmp, "some-collapsed")
+        _write_folder(some, busy_gemm=[False], busy_bench=[False], busy_probe3=False, collapsed_pairs=1)
+        sc = [line for line in column(some).splitlines() if line.startswith("| 2t ÷ 1t")][0]
+        check("**1.92** / **1.95**" in sc and "at T = 128, 1 of 3 two-thread passes ran at about one thread's speed (95 ms"
+              in sc and "1.92 without those pairs" in sc, f"collapsed pairs counted beside the verdict: {sc!r}")
+        many = os.path.join(tmp, "many-collapsed")
+        _write_folder(many, busy_gemm=[False], busy_bench=[False], busy_probe3=False, collapsed_pairs=3)
+        sc = [line for line in column(many).splitlines() if line.startswith("| 2t ÷ 1t")][0]
+        check(sc.startswith("| 2t ÷ 1t prefill at T = 128 / 512 | 1.05 / **1.95**") and "3 of 5" in sc
+              and "1.92 without those pairs" in sc, f"the verdict stays on all pairs: {sc!r}")
         busy = os.path.join(tmp, "busy")
         _write_folder(busy, busy_gemm=[True], busy_bench=[True], busy_probe3=False)
         g = [line for line in column(busy).splitlines() if line.startswith("| bench-gemm ÷ oneDNN")]
