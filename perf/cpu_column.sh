@@ -3,6 +3,7 @@
 # the machine, and the figures per CPU kind"), printed as Markdown rows, and the summary as JSON.
 #
 #   bench-gemm --only prefill      ours ÷ oneDNN over the prefill shapes: median, worst, how many below 0.9
+#   bench-gemm ... --cold          the same with cold weights (each call reads them from DRAM), once: no target
 #   sqrtdk bench                   134M-shape Llama prefill, % of the FMA peak measured in the same run
 #   sqrtdk profile, in pairs       1 thread and 2 taken in turn; 2t ÷ 1t from the medians of the pairs
 #   bench-attention (--attention)  rows where the engine's attention path is within 3% of the faster one
@@ -10,8 +11,8 @@
 #
 # perf/cpu_column_summary.py turns the folder into the column (a run on a busy host is shown apart, not counted).
 # Every figure comes from runs made here, now, with the peers in the same runs; nothing is read from a cache but
-# the attention path table, which `sqrtdk calibrate` measures first if this machine has none. Takes about 5 minutes
-# (15 with --attention) on a 2-core VM. Needs a release build (./tools/run.sh makes one).
+# the attention path table, which `sqrtdk calibrate` measures first if this machine has none. Takes about 6 minutes
+# (16 with --attention) on a 2-core VM. Needs a release build (./tools/run.sh makes one).
 set -euo pipefail
 
 usage() {
@@ -72,6 +73,9 @@ for i in 1 2; do
   log "bench-gemm --only prefill, run $i of 2"
   "$BIN/bench-gemm" --only prefill --json "${smoke_flag[@]}" > "$out/gemm_$i.json" 2>> "$out/log.txt"
 done
+# The same shapes with the weights read from DRAM, as a forward pass reads them (not a target: the engine's regime).
+log "bench-gemm --only prefill --cold"
+"$BIN/bench-gemm" --only prefill --cold --json "${smoke_flag[@]}" > "$out/gemm_cold.json" 2>> "$out/log.txt"
 for i in $(seq "$runs"); do
   log "sqrtdk bench, run $i of $runs"
   "$BIN/sqrtdk" bench -m "$model" -q --json "${bench_flags[@]}" > "$out/bench_$i.json" 2>> "$out/log.txt"

@@ -4,7 +4,8 @@
     perf/cpu_column_summary.py DIR          # what perf/cpu_column.sh runs after its measurements
     perf/cpu_column_summary.py --self-test  # synthetic folders: a busy host's runs are shown apart, not counted
 
-DIR holds lscpu.txt and the runs' JSON: gemm_N.json (bench-gemm), bench_N.json (sqrtdk bench),
+DIR holds lscpu.txt and the runs' JSON: gemm_N.json (bench-gemm), gemm_cold.json (bench-gemm --cold, optional),
+bench_N.json (sqrtdk bench),
 profile_T{128,512}_t{1,2}_N.json (sqrtdk profile pairs), probe_{1,2,3}.json (bench-machine before, between and after
 the pairs), and optionally attention.json (bench-attention) and ort.json (perf/ort_peer.py).
 """
@@ -42,7 +43,7 @@ def column(out):
 
     peaks = {1: [], 2: []}
     gemm = {1: [], 2: []}
-    for path in sorted(glob.glob(os.path.join(out, "gemm_*.json"))):
+    for path in sorted(glob.glob(os.path.join(out, "gemm_[0-9]*.json"))):
         d = load(path)
         ratio = roof_ratio(d["machine"]["roofs"], "fma_peak_gflops")
         for r in d["machine"]["roofs"]:
@@ -61,6 +62,19 @@ def column(out):
                             "pct_peak_median": statistics.median(pcts) if pcts else None,
                             "above_roof": len(res) - len(pcts), "peak_2t_over_1t": ratio, "host_busy": host_busy(d)})
     summary["bench_gemm"] = gemm
+    # bench-gemm --cold (the weights from DRAM each call, as in a forward pass): shown, not a target.
+    cold = {}
+    if os.path.exists(os.path.join(out, "gemm_cold.json")):
+        d = load(os.path.join(out, "gemm_cold.json"))
+        for t in (1, 2):
+            res = [r for r in d["results"] if r["threads"] == t]
+            if res:
+                by_m = {m: statistics.median([r["ratio_onednn"] for r in res if r["M"] == m])
+                        for m in sorted({r["M"] for r in res})}
+                cold[t] = {"median": statistics.median([r["ratio_onednn"] for r in res]),
+                           "worst": min(r["ratio_onednn"] for r in res), "median_by_m": by_m,
+                           "host_busy": host_busy(d)}
+        summary["bench_gemm_cold"] = cold
 
     bench = {1: {}, 2: {}}
     bench_ratios, bench_busy = [], []  # each run's 2t ÷ 1t FMA roof, and whether the host was busy
@@ -145,6 +159,14 @@ def column(out):
                      f"({span([x['worst'] for x in busy], '{:.2f}')}){busy_note([x['peak_2t_over_1t'] for x in busy])})")
         if gemm[t]:
             rows.append(f"| bench-gemm ÷ oneDNN, {t}t: median (worst) | {text} |")
+    if cold:
+        by_m = lambda t: " / ".join(f"{v:.2f}" for v in cold[t]["median_by_m"].values())
+        ms = " / ".join(str(m) for m in next(iter(cold.values()))["median_by_m"])
+        rows.append("| `bench-gemm --cold` ÷ oneDNN (weights from DRAM, as a forward pass reads them), "
+                    + " / ".join(f"{t}t" for t in sorted(cold)) + ": median (worst) | "
+                    + " / ".join(f"{cold[t]['median']:.3f} ({cold[t]['worst']:.2f})" for t in sorted(cold))
+                    + f"; by M = {ms}: " + ", ".join(f"{by_m(t)} at {t}t" for t in sorted(cold))
+                    + (" (a busy host)" if any(c["host_busy"] for c in cold.values()) else "") + " (1 run; no target) |")
     pct_span = lambda values: span(values) + "%" if values else "—"
     known = lambda values: [v for v in values if v is not None]
     above = sum(x["above_roof"] for t in (1, 2) for x in gemm[t])
@@ -187,9 +209,11 @@ def column(out):
         dram = [m for T in scaling for m in scaling[T]["host_dram_2t_over_1t"]]
         host = (f"; bench-machine before, between and after: FMA peak 2t ÷ 1t {span(fma, '{:.2f}')}, DRAM read 2t ÷ 1t "
                 f"{span(dram, '{:.2f}')}" if fma and dram else "")
+        ms_fmt = lambda ms: "{:.0f}" if ms >= 10 else "{:.2f}"  # whole ms, but a smoke run's passes are sub-ms
         collapsed = "".join(
             f"; at T = {T}, {sc['collapsed_pairs']} of {sc['pairs']} two-thread passes ran at about one thread's speed "
-            f"({span(sc['collapsed_t2_ms'])} ms against a 2-thread median of {sc['t2_ms']:.0f})"
+            f"({span(sc['collapsed_t2_ms'], ms_fmt(sc['t2_ms']))} ms against a 2-thread median of "
+            f"{ms_fmt(sc['t2_ms']).format(sc['t2_ms'])})"
             + (f", {sc['ratio_without_collapsed']:.2f} without those pairs" if "ratio_without_collapsed" in sc else "")
             for T, sc in sorted(scaling.items()) if sc["collapsed_pairs"])
         rows.append(f"| 2t ÷ 1t prefill at T = {' / '.join(str(T) for T in sorted(scaling))} | {' / '.join(cells)} "
@@ -240,6 +264,9 @@ def _write_folder(path, busy_gemm, busy_bench, busy_probe3, collapsed_pairs=0):
             slow = T == 128 and i > n - collapsed_pairs
             for t, seconds in ((1, 0.1 * T / 128), (2, 0.095 if slow else t2)):
                 dump(f"profile_T{T}_t{t}_{i}.json", {"phases": {"prefill": {"seconds": seconds}}})
+    # A cold run (not a target): 1.10 at M = 32, 0.95 at M = 512; never counted with the warm runs.
+    cold = [{"threads": t, "M": m, "ratio_onednn": r} for t in (1, 2) for m, r in ((32, 1.10), (512, 0.95))]
+    dump("gemm_cold.json", {"machine": _machine(250, 500, False), "results": cold})
     for n in (1, 2, 3):
         busy = n == 3 and busy_probe3
         dump(f"probe_{n}.json", {"machine": _machine(250, 255 if busy else 500, busy, 40, 44)})
@@ -268,8 +295,14 @@ def self_test():
         check([x["host_busy"] for x in summary["bench_gemm"]["2"]] == [False, True], "summary.json flags the run")
         quiet = os.path.join(tmp, "quiet")
         _write_folder(quiet, busy_gemm=[False], busy_bench=[False], busy_probe3=False)
-        sc = [line for line in column(quiet).splitlines() if line.startswith("| 2t ÷ 1t")][0]
+        quiet_rows = column(quiet).splitlines()
+        sc = [line for line in quiet_rows if line.startswith("| 2t ÷ 1t")][0]
         check("**1.92** / **1.95**" in sc, f"a quiet folder: both scalings met: {sc!r}")
+        cold = [line for line in quiet_rows if line.startswith("| `bench-gemm --cold`")]
+        check(len(cold) == 1 and "1.025 (0.95) / 1.025 (0.95); by M = 32 / 512: 1.10 / 0.95 at 1t" in cold[0],
+              f"the cold run has its own row: {cold!r}")
+        g1 = [line for line in quiet_rows if line.startswith("| bench-gemm ÷ oneDNN, 1t")][0]
+        check("1 runs" in g1 and "0.95" not in g1, f"the cold run is not one of the warm runs: {g1!r}")
         # 2 clean pairs (1.92) and 1 collapsed: the median stays 0.052 s (1.92), the collapsed pass counted beside it;
         # 3 collapsed of 5: the verdict stays on all pairs (median 0.095 s: 1.05), the clean pairs' 1.92 beside it.
         some = os.path.join(tmp, "some-collapsed")
