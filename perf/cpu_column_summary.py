@@ -120,8 +120,9 @@ def column(out):
                           "ratio": statistics.median(one) / statistics.median(two),
                           "host_fma_2t_over_1t": fma, "host_dram_2t_over_1t": dram, "host_busy": any(b for _, _, b in host)}
             # A 2-thread pass at most 1.25x faster than the 1-thread pass beside it ran at about one thread's speed
-            # for much of its time: the second vCPU was held (by another tenant, or the pool backed off after its
-            # helper stalled; thread_pool.h). Counted and shown beside the verdict, which stays on all pairs.
+            # for much of its time: something else held the second vCPU, so the pool's helper was runnable but did
+            # not run (the caller then does every item), or was stopped mid-item (the caller waits for it, then the
+            # pool backs off: thread_pool.h). Counted and shown beside the verdict, which stays on all pairs.
             slow = [(a, b) for a, b in zip(one, two) if b >= COLLAPSED_2T_OVER_1T * a]
             rest = [(a, b) for a, b in zip(one, two) if b < COLLAPSED_2T_OVER_1T * a]
             scaling[T]["collapsed_pairs"] = len(slow)
