@@ -694,11 +694,10 @@ int main(int argc, char** argv) try {
     const auto src = random_vector(c.M * c.K, 1);
     const size_t copies = copies_of(c);
     // The raw weights (OpenBLAS reads them as they are); with --cold, `copies` of them back to back.
-    const std::vector<float> w0 = random_vector(c.N * c.K, 2);
-    std::vector<float> w(copies * c.N * c.K);
-    for (size_t i = 0; i < copies; ++i)
-      std::copy(w0.begin(), w0.end(), w.begin() + static_cast<ptrdiff_t>(i * c.N * c.K));
+    std::vector<float> w = random_vector(c.N * c.K, 2);
+    w.resize(copies * c.N * c.K);
     auto raw = [&](size_t i) { return w.data() + i * c.N * c.K; };
+    for (size_t i = 1; i < copies; ++i) std::copy_n(raw(0), c.N * c.K, raw(i));  // disjoint ranges
     // One output per contestant, so none finds another's output in its cache.
     std::vector<float> dst(c.M * c.N), dst_dnnl(c.M * c.N), dst_blas(c.M * c.N);
     std::vector<PackedWeights> ours;
