@@ -248,3 +248,20 @@ TEST_CASE("batch: huge kv_block and max_rows are handled, never a write through 
     CHECK(std::string(e.what()).find("max_rows") != std::string::npos);
   }
 }
+
+TEST_CASE("batch: a moved-from batch is a clear error, not a crash") {
+  const auto model = toy(test::toy_llama_config(), 3);
+  Batch a(model);
+  const Batch::SequenceId id = a.add_sequence();
+  Batch b(std::move(a));
+  CHECK(b.n_sequences() == 1);
+  CHECK_THROWS_WITH_AS(a.add_sequence(), doctest::Contains("moved from"), Error);  // NOLINT(bugprone-use-after-move)
+  CHECK_THROWS_AS(a.n_past(id), Error);
+  CHECK_THROWS_AS(a.remove_sequence(id), Error);
+  CHECK_THROWS_AS(a.kv_bytes(), Error);
+  CHECK_THROWS_AS(a.kv_bytes_for(4), Error);
+  const uint32_t token = 1;
+  const Batch::Work work{id, std::span<const uint32_t>(&token, 1)};
+  CHECK_THROWS_AS(a.step(std::span<const Batch::Work>(&work, 1)), Error);
+  CHECK(b.step(std::span<const Batch::Work>(&work, 1)).size() == model->config().n_vocab);
+}

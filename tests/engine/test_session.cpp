@@ -269,3 +269,30 @@ TEST_CASE("byte tokenizer round-trips bytes, including invalid UTF-8") {
   CHECK(ids[0] == 256);
   CHECK(byte_decode(ids) == text);
 }
+
+TEST_CASE("session: a moved-from session is a clear error, not a crash; assigning to it revives it") {
+  test::TempDir dir;
+  const ModelConfig c = test::toy_llama_config();
+  const std::string path = dir.file("m.sqdk");
+  test::write_toy_model(path, c, 5);
+  auto model = Model::load(path);
+  Session a(model);
+  a.prefill(test_tokens(3, c.n_vocab));
+  Session b(std::move(a));
+  CHECK(b.n_past() == 3);  // the context moved with it
+  CHECK_THROWS_WITH_AS(a.decode(1), doctest::Contains("moved from"), Error);  // NOLINT(bugprone-use-after-move)
+  CHECK_THROWS_WITH_AS(a.n_past(), doctest::Contains("moved from"), Error);
+  CHECK_THROWS_AS(a.reset(), Error);
+  CHECK_THROWS_AS(a.model(), Error);
+  CHECK_THROWS_AS(a.set_n_threads(1), Error);
+  CHECK_THROWS_AS(a.capture_attention(0), Error);
+  CHECK_THROWS_AS(a.scratch_bytes(), Error);
+  try {
+    a.decode(1);
+  } catch (const Error& e) {
+    CHECK(e.kind() == ErrorKind::bad_input);
+  }
+  a = Session(model);  // assignment gives it a state again
+  CHECK(a.n_past() == 0);
+  CHECK(a.decode(1).size() == c.n_vocab);
+}

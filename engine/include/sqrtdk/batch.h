@@ -53,6 +53,7 @@ class Batch {
 
   Batch(std::shared_ptr<const Model> model, const BatchOptions& options = {});
   ~Batch();
+  // Moving leaves the source empty: any later call on it throws sqrtdk::Error (bad_input) instead of crashing.
   Batch(Batch&&) noexcept;
   Batch& operator=(Batch&&) noexcept;
 
@@ -83,6 +84,8 @@ class Batch {
   size_t kv_bytes_for(size_t n_tokens) const;
 
  private:
+  BatchState& state() const;  // *state_, or an Error naming the moved-from batch
+
   std::unique_ptr<BatchState> state_;
 };
 

@@ -34,6 +34,8 @@ class Session {
  public:
   explicit Session(std::shared_ptr<const Model> model, const SessionOptions& options = {});
   ~Session();
+  // Moving leaves the source empty: any later call on it throws sqrtdk::Error (bad_input) instead of crashing;
+  // assigning a Session to it makes it usable again.
   Session(Session&&) noexcept;
   Session& operator=(Session&&) noexcept;
 
@@ -69,6 +71,8 @@ class Session {
   size_t kv_cache_bytes() const;
 
  private:
+  SessionState& state() const;  // *state_, or an Error naming the moved-from session
+
   std::unique_ptr<SessionState> state_;
 };
 

@@ -114,19 +114,26 @@ Batch::~Batch() = default;
 Batch::Batch(Batch&&) noexcept = default;
 Batch& Batch::operator=(Batch&&) noexcept = default;
 
+BatchState& Batch::state() const {
+  if (!state_) throw Error("Batch: this batch was moved from; use the Batch it was moved to");
+  return *state_;
+}
+
 Batch::SequenceId Batch::add_sequence() {
-  const SequenceId id = state_->next_id++;
-  state_->sequence_map.emplace(id, Sequence{});
+  BatchState& s = state();
+  const SequenceId id = s.next_id++;
+  s.sequence_map.emplace(id, Sequence{});
   return id;
 }
 
 void Batch::remove_sequence(SequenceId sequence) {
-  state_->find(sequence, "Batch::remove_sequence");
-  state_->sequence_map.erase(sequence);
+  BatchState& s = state();
+  s.find(sequence, "Batch::remove_sequence");
+  s.sequence_map.erase(sequence);
 }
 
 void Batch::reserve(SequenceId sequence, size_t n_tokens) {
-  BatchState& s = *state_;
+  BatchState& s = state();
   Sequence& seq = s.find(sequence, "Batch::reserve");
   if (n_tokens > s.max_context)
     throw Error("Batch::reserve: " + std::to_string(n_tokens) + " tokens > max_context " +
@@ -135,7 +142,7 @@ void Batch::reserve(SequenceId sequence, size_t n_tokens) {
 }
 
 Batch::SequenceId Batch::fork_sequence(SequenceId source, size_t n, size_t reserve_tokens) {
-  BatchState& s = *state_;
+  BatchState& s = state();
   const Sequence& from = s.find(source, "Batch::fork_sequence");
   if (n > from.n_past)
     throw Error("Batch::fork_sequence: " + std::to_string(n) + " tokens asked, sequence " + std::to_string(source) +
@@ -154,7 +161,7 @@ Batch::SequenceId Batch::fork_sequence(SequenceId source, size_t n, size_t reser
 }
 
 std::span<const float> Batch::step(std::span<const Work> work) {
-  BatchState& s = *state_;
+  BatchState& s = state();
   const ModelConfig& c = s.m->config;
   // Validate everything before touching state, so a bad step leaves every sequence as it was.
   if (work.empty()) throw Error("Batch::step: no work");
@@ -206,21 +213,22 @@ std::span<const float> Batch::step(std::span<const Work> work) {
   return {s.head_logits.data(), s.head_logits.size()};
 }
 
-size_t Batch::n_past(SequenceId sequence) const { return state_->find(sequence, "Batch::n_past").n_past; }
-size_t Batch::n_sequences() const { return state_->sequence_map.size(); }
-size_t Batch::max_context() const { return state_->max_context; }
-size_t Batch::max_rows() const { return state_->max_batch; }
-int Batch::n_threads() const { return state_->n_threads; }
-const Model& Batch::model() const { return *state_->model; }
+size_t Batch::n_past(SequenceId sequence) const { return state().find(sequence, "Batch::n_past").n_past; }
+size_t Batch::n_sequences() const { return state().sequence_map.size(); }
+size_t Batch::max_context() const { return state().max_context; }
+size_t Batch::max_rows() const { return state().max_batch; }
+int Batch::n_threads() const { return state().n_threads; }
+const Model& Batch::model() const { return *state().model; }
 
 size_t Batch::kv_bytes() const {
   size_t floats = 0;
-  for (const auto& [id, seq] : state_->sequence_map) floats += seq.k.size() + seq.v.size();
+  for (const auto& [id, seq] : state().sequence_map) floats += seq.k.size() + seq.v.size();
   return floats * sizeof(float);
 }
 
 size_t Batch::kv_bytes_for(size_t n_tokens) const {
-  return 2 * state_->floats_per_position() * state_->capacity_for(n_tokens) * sizeof(float);
+  const BatchState& s = state();
+  return 2 * s.floats_per_position() * s.capacity_for(n_tokens) * sizeof(float);
 }
 
 }  // namespace sqrtdk

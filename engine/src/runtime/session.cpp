@@ -65,8 +65,13 @@ Session::~Session() = default;
 Session::Session(Session&&) noexcept = default;
 Session& Session::operator=(Session&&) noexcept = default;
 
+SessionState& Session::state() const {
+  if (!state_) throw Error("Session: this session was moved from; use the Session it was moved to");
+  return *state_;
+}
+
 std::span<const float> Session::prefill(std::span<const uint32_t> tokens, bool all_logits) {
-  SessionState& s = *state_;
+  SessionState& s = state();
   const ModelConfig& c = s.m->config;
   // Validate everything before touching state, so a bad call leaves the session as it was.
   if (tokens.empty()) throw Error("prefill: no tokens (the prompt is empty)");
@@ -113,28 +118,32 @@ std::span<const float> Session::prefill(std::span<const uint32_t> tokens, bool a
 
 std::span<const float> Session::decode(uint32_t token) { return prefill(std::span<const uint32_t>(&token, 1)); }
 
-void Session::reset() { state_->n_past = 0; }
-size_t Session::n_past() const { return state_->n_past; }
-size_t Session::max_context() const { return state_->max_context; }
-size_t Session::max_batch() const { return state_->max_batch; }
-int Session::n_threads() const { return state_->n_threads; }
-void Session::set_n_threads(int n_threads) { state_->n_threads = resolve_threads(n_threads); }
-const Model& Session::model() const { return *state_->model; }
-const std::shared_ptr<const Model>& Session::model_ptr() const { return state_->model; }
-void Session::set_op_observer(OpObserver observer) { state_->observer = std::move(observer); }
+void Session::reset() { state().n_past = 0; }
+size_t Session::n_past() const { return state().n_past; }
+size_t Session::max_context() const { return state().max_context; }
+size_t Session::max_batch() const { return state().max_batch; }
+int Session::n_threads() const { return state().n_threads; }
+void Session::set_n_threads(int n_threads) { state().n_threads = resolve_threads(n_threads); }
+const Model& Session::model() const { return *state().model; }
+const std::shared_ptr<const Model>& Session::model_ptr() const { return state().model; }
+void Session::set_op_observer(OpObserver observer) { state().observer = std::move(observer); }
 
 void Session::capture_attention(int layer, float scale_override) {
-  if (layer >= static_cast<int>(state_->m->config.n_layers))
+  SessionState& s = state();
+  if (layer >= static_cast<int>(s.m->config.n_layers))
     throw Error("capture_attention: layer " + std::to_string(layer) + " >= n_layers " +
-                std::to_string(state_->m->config.n_layers));
-  state_->capture_layer = layer;
-  state_->capture_scale = scale_override;
+                std::to_string(s.m->config.n_layers));
+  s.capture_layer = layer;
+  s.capture_scale = scale_override;
 }
-const std::vector<float>& Session::captured_attention() const { return state_->captured_flat; }
+const std::vector<float>& Session::captured_attention() const { return state().captured_flat; }
 
-size_t Session::kv_cache_bytes() const { return (state_->k_cache.size() + state_->v_cache.size()) * sizeof(float); }
+size_t Session::kv_cache_bytes() const {
+  const SessionState& s = state();
+  return (s.k_cache.size() + s.v_cache.size()) * sizeof(float);
+}
 size_t Session::scratch_bytes() const {
-  const SessionState& s = *state_;
+  const SessionState& s = state();
   const size_t rope = s.rope ? 3 * s.rope->max_seq() * s.rope->head_dim() : 0;  // cos/sin, half and pairs
   return kv_cache_bytes() +
          (s.x.size() + s.xb.size() + s.qkv.size() + s.att.size() + s.hb.size() + s.hb2.size() + rope) * sizeof(float);
