@@ -13,6 +13,7 @@
 #pragma once
 
 #include <sqrtdk/config.h>
+#include <sqrtdk/error.h>
 
 #include <cstdint>
 #include <memory>
@@ -70,8 +71,9 @@ struct TokenizerSpec {
 
   // Throws sqrtdk::Error "<where>: ..." when the spec is inconsistent: ids out of range, duplicate pieces, a
   // merge whose result is not in the vocabulary, and so on. (The regex is compiled by Tokenizer::create, which
-  // names a bad one.)
-  void validate(const std::string& where) const;
+  // names a bad one.) The error's kind is `kind`: bad_input for a spec the caller built; the readers below pass
+  // bad_file, since there the spec is a file's contents.
+  void validate(const std::string& where, ErrorKind kind = ErrorKind::bad_input) const;
   // One line for people: "byte-level BPE, 50257 pieces, 50000 merges, 1 added token, chat template none".
   std::string summary() const;
 };
@@ -102,7 +104,8 @@ class TokenizerImpl;  // engine-internal
 
 class Tokenizer {
  public:
-  // Builds from a spec (validated first). Throws sqrtdk::Error "<where>: ..." on a bad spec.
+  // Builds from a spec (validated first). Throws sqrtdk::Error "<where>: ..." on a bad spec (kind bad_input; the
+  // loader rethrows a bad tokenizer section as bad_file).
   static std::shared_ptr<const Tokenizer> create(TokenizerSpec spec, const std::string& where = "tokenizer");
   // The bundled model's byte tokenizer: ids 0..255 are bytes, bos/eos as given (kNoToken: none), add_bos = true.
   static std::shared_ptr<const Tokenizer> bytes(uint32_t n_vocab, uint32_t bos_id, uint32_t eos_id);

@@ -380,7 +380,7 @@ TokenizerSpec tokenizer_spec_from_gguf(const GgufFile& f, const std::string& whe
           std::find(spec.end_of_turn_ids.begin(), spec.end_of_turn_ids.end(), a.id) == spec.end_of_turn_ids.end())
         spec.end_of_turn_ids.push_back(a.id);
   }
-  spec.validate(where);
+  spec.validate(where, ErrorKind::bad_file);
   return spec;
 }
 

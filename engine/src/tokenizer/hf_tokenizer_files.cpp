@@ -419,7 +419,7 @@ void read_config(const std::string& path, TokenizerSpec& spec) {
 
 void finish(TokenizerSpec& spec, const std::string& where) {
   add_end_of_turn_ids(spec);
-  spec.validate(where);
+  spec.validate(where, ErrorKind::bad_file);
 }
 
 }  // namespace

@@ -144,9 +144,9 @@ SplitRegex::SplitRegex(const std::string& pattern, const std::string& where) {
   if (!code) {
     PCRE2_UCHAR message[256];
     pcre2_get_error_message(error, message, sizeof message);
-    throw Error(ErrorKind::bad_file, where + ": the pre-tokenizer regex does not compile (PCRE2: " +
-                                         reinterpret_cast<const char*>(message) + " at offset " +
-                                         std::to_string(offset) + ")");
+    throw Error(ErrorKind::bad_input, where + ": the pre-tokenizer regex does not compile (PCRE2: " +
+                                          reinterpret_cast<const char*>(message) + " at offset " +
+                                          std::to_string(offset) + ")");
   }
   code_ = code;
   jit_ = pcre2_jit_compile(code, PCRE2_JIT_COMPLETE) == 0;

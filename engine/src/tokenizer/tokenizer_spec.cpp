@@ -53,8 +53,8 @@ std::string show(std::string_view s) {  // a piece for an error message: printab
 
 }  // namespace
 
-void TokenizerSpec::validate(const std::string& where) const {
-  auto fail = [&](const std::string& what) { throw Error(ErrorKind::bad_file, where + ": " + what); };
+void TokenizerSpec::validate(const std::string& where, ErrorKind kind) const {
+  auto fail = [&](const std::string& what) { throw Error(kind, where + ": " + what); };
   if (style != TokenizerStyle::byte_level_bpe && style != TokenizerStyle::sentencepiece_bpe)
     fail("unknown style " + std::to_string(static_cast<uint32_t>(style)) +
          " (expected 1 = byte_level_bpe or 2 = sentencepiece_bpe)");
@@ -342,7 +342,7 @@ TokenizerSpec deserialize_tokenizer(const unsigned char* data, size_t size, cons
   for (uint32_t i = 0; i < n_eot; ++i) s.end_of_turn_ids[i] = in.u32("end-of-turn id");
   s.chat_template_jinja = in.str("chat template", kMaxTemplateBytes);
   if (in.left() != 0) in.fail(std::to_string(in.left()) + " bytes after the last field");
-  s.validate(where);
+  s.validate(where, ErrorKind::bad_file);
   return s;
 }
 
