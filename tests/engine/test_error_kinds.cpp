@@ -31,19 +31,6 @@ namespace {
 constexpr ErrorKind kAllKinds[] = {ErrorKind::bad_input,     ErrorKind::bad_file,    ErrorKind::context_full,
                                    ErrorKind::out_of_memory, ErrorKind::unsupported, ErrorKind::internal};
 
-// The kind of the Error fn throws; fails the test if it throws nothing or something else.
-template <class Fn>
-ErrorKind kind_thrown(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    INFO("message: " << e.what());
-    return e.kind();
-  }
-  FAIL("no sqrtdk::Error thrown");
-  return ErrorKind::internal;
-}
-
 }  // namespace
 
 TEST_CASE("error kinds: Error carries its kind and message; untagged errors are bad_input") {
@@ -113,24 +100,24 @@ TEST_CASE("error kinds: everything the .sqdk reader throws is bad_file") {
   test::write_fixture(test::load_fixture("llama"), good);
   const std::vector<unsigned char> bytes = test::read_bytes(good);
 
-  CHECK(kind_thrown([&] { WeightFile::open(dir.file("missing.sqdk")); }) == ErrorKind::bad_file);
-  CHECK(kind_thrown([&] { WeightFile::open(dir.path().string()); }) == ErrorKind::bad_file);  // a folder
+  CHECK(test::kind_thrown([&] { WeightFile::open(dir.file("missing.sqdk")); }) == ErrorKind::bad_file);
+  CHECK(test::kind_thrown([&] { WeightFile::open(dir.path().string()); }) == ErrorKind::bad_file);  // a folder
 
   const std::string bad = dir.file("bad.sqdk");
   test::write_bytes(bad, bytes, 100);  // truncated inside the header
-  CHECK(kind_thrown([&] { WeightFile::open(bad); }) == ErrorKind::bad_file);
+  CHECK(test::kind_thrown([&] { WeightFile::open(bad); }) == ErrorKind::bad_file);
 
   std::vector<unsigned char> b = bytes;
   b[0] = 'X';  // magic
   test::write_bytes(bad, b);
-  CHECK(kind_thrown([&] { WeightFile::open(bad); }) == ErrorKind::bad_file);
+  CHECK(test::kind_thrown([&] { WeightFile::open(bad); }) == ErrorKind::bad_file);
 
   // ModelConfig::validate is shared with the writer (where a bad config is bad input); from a file it is bad_file.
   b = bytes;
   test::put<uint32_t>(b, header_at::n_heads, 0);
   test::reseal(b);
   test::write_bytes(bad, b);
-  CHECK(kind_thrown([&] { WeightFile::open(bad); }) == ErrorKind::bad_file);
+  CHECK(test::kind_thrown([&] { WeightFile::open(bad); }) == ErrorKind::bad_file);
 
   // So is check_family_tensors: a llama file whose header says gpt2 has the wrong tensor set.
   b = bytes;
@@ -138,37 +125,37 @@ TEST_CASE("error kinds: everything the .sqdk reader throws is bad_file") {
   test::put<uint32_t>(b, header_at::n_kv_heads, test::get<uint32_t>(b, header_at::n_heads));
   test::reseal(b);
   test::write_bytes(bad, b);
-  CHECK(kind_thrown([&] { WeightFile::open(bad); }) == ErrorKind::bad_file);
+  CHECK(test::kind_thrown([&] { WeightFile::open(bad); }) == ErrorKind::bad_file);
 
   // A corrupt tensor (data CRC).
   b = bytes;
   b.back() ^= 1;
   test::write_bytes(bad, b);
-  CHECK(kind_thrown([&] { WeightFile::open(bad); }) == ErrorKind::bad_file);
+  CHECK(test::kind_thrown([&] { WeightFile::open(bad); }) == ErrorKind::bad_file);
 
   // WeightFile::require: a tensor the caller needs is missing or misshapen in the file.
   const auto wf = WeightFile::open(good);
-  CHECK(kind_thrown([&] { wf->require("no.such.tensor", {1}); }) == ErrorKind::bad_file);
-  CHECK(kind_thrown([&] { wf->require(wf->tensors().front().name, {1, 2, 3}); }) == ErrorKind::bad_file);
+  CHECK(test::kind_thrown([&] { wf->require("no.such.tensor", {1}); }) == ErrorKind::bad_file);
+  CHECK(test::kind_thrown([&] { wf->require(wf->tensors().front().name, {1, 2, 3}); }) == ErrorKind::bad_file);
 
   // The writer's own argument checks stay bad_input: the caller handed it a bad tensor list.
   const float one = 1.0f;
   const std::vector<TensorToWrite> twice = {{"tok_emb", DType::f32, {1}, &one}, {"tok_emb", DType::f32, {1}, &one}};
-  CHECK(kind_thrown([&] { write_weight_file(dir.file("out.sqdk"), test::toy_llama_config(), twice); }) ==
+  CHECK(test::kind_thrown([&] { write_weight_file(dir.file("out.sqdk"), test::toy_llama_config(), twice); }) ==
         ErrorKind::bad_input);
 }
 
 TEST_CASE("error kinds: the safetensors reader's errors are bad_file") {
   const std::vector<unsigned char> garbage = {1, 2, 3};
-  CHECK(kind_thrown([&] { parse_safetensors(garbage.data(), garbage.size(), "t.safetensors"); }) ==
+  CHECK(test::kind_thrown([&] { parse_safetensors(garbage.data(), garbage.size(), "t.safetensors"); }) ==
         ErrorKind::bad_file);
   std::vector<unsigned char> not_json(8 + 4, ' ');
   not_json[0] = 4;  // header_len 4, then "    " (not JSON)
   for (int i = 1; i < 8; ++i) not_json[i] = 0;
-  CHECK(kind_thrown([&] { parse_safetensors(not_json.data(), not_json.size(), "t.safetensors"); }) ==
+  CHECK(test::kind_thrown([&] { parse_safetensors(not_json.data(), not_json.size(), "t.safetensors"); }) ==
         ErrorKind::bad_file);
   test::TempDir dir;
-  CHECK(kind_thrown([&] { SafetensorsFile::open(dir.file("missing.safetensors")); }) == ErrorKind::bad_file);
+  CHECK(test::kind_thrown([&] { SafetensorsFile::open(dir.file("missing.safetensors")); }) == ErrorKind::bad_file);
 }
 
 TEST_CASE("error kinds: the C API statuses of a bad file, bad input and a full context") {
@@ -200,6 +187,6 @@ TEST_CASE("error kinds: the C API statuses of a bad file, bad input and a full c
   o.max_context = 4;
   o.n_threads = 1;
   Session session(m, o);
-  CHECK(kind_thrown([&] { session.prefill(std::vector<uint32_t>{1, 2, 3, 4, 5}); }) == ErrorKind::context_full);
-  CHECK(kind_thrown([&] { session.prefill(std::vector<uint32_t>{out_of_vocab}); }) == ErrorKind::bad_input);
+  CHECK(test::kind_thrown([&] { session.prefill(std::vector<uint32_t>{1, 2, 3, 4, 5}); }) == ErrorKind::context_full);
+  CHECK(test::kind_thrown([&] { session.prefill(std::vector<uint32_t>{out_of_vocab}); }) == ErrorKind::bad_input);
 }

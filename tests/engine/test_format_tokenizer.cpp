@@ -312,34 +312,24 @@ TEST_CASE("format tokenizer section: the writer refuses a spec that does not fit
 // The kind says whose fault it is: a spec the caller built and hands to Tokenizer::create or the writer is
 // bad_input; the same fault read from a file (the .sqdk section, at open or when Model::load builds it) is bad_file.
 TEST_CASE("tokenizer error kinds: a caller's bad spec is bad_input, a file's is bad_file") {
-  auto kind_of = [](auto&& fn) {
-    try {
-      fn();
-    } catch (const Error& e) {
-      INFO("message: " << e.what());
-      return e.kind();
-    }
-    FAIL("no sqrtdk::Error thrown");
-    return ErrorKind::internal;
-  };
   TokenizerSpec bad_merge = small_spec();
   bad_merge.merges.push_back({1, 2});  // "bc" is not a piece
   TokenizerSpec bad_regex = small_spec();
   bad_regex.split_regex = "( ?\\p{L}+";  // an unclosed group: PCRE2 refuses it
-  CHECK(kind_of([&] { Tokenizer::create(bad_merge); }) == ErrorKind::bad_input);
-  CHECK(kind_of([&] { Tokenizer::create(bad_regex); }) == ErrorKind::bad_input);
+  CHECK(kind_thrown([&] { Tokenizer::create(bad_merge); }) == ErrorKind::bad_input);
+  CHECK(kind_thrown([&] { Tokenizer::create(bad_regex); }) == ErrorKind::bad_input);
   TempDir dir;
-  CHECK(kind_of([&] { write_with_tokenizer(bpe_fixture(), dir.file("w.sqdk"), bad_merge); }) ==
+  CHECK(kind_thrown([&] { write_with_tokenizer(bpe_fixture(), dir.file("w.sqdk"), bad_merge); }) ==
         ErrorKind::bad_input);
   // The section's bytes of a spec that does not validate: deserialize refuses them as a file's.
   const std::vector<unsigned char> bytes = serialize_tokenizer(bad_merge);
-  CHECK(kind_of([&] { deserialize_tokenizer(bytes.data(), bytes.size(), "section"); }) == ErrorKind::bad_file);
+  CHECK(kind_thrown([&] { deserialize_tokenizer(bytes.data(), bytes.size(), "section"); }) == ErrorKind::bad_file);
   // A .sqdk whose section validates but whose regex does not compile: the file opens (the reader does not compile
   // regexes), Model::load builds the tokenizer and names the file.
   const std::string path = dir.file("regex.sqdk");
   write_with_tokenizer(bpe_fixture(), path, bad_regex);
   CHECK_NOTHROW(WeightFile::open(path));
-  CHECK(kind_of([&] { Model::load(path); }) == ErrorKind::bad_file);
+  CHECK(kind_thrown([&] { Model::load(path); }) == ErrorKind::bad_file);
   CHECK_THROWS_WITH_AS(Model::load(path), doctest::Contains("regex.sqdk: tokenizer section"), Error);
 }
 

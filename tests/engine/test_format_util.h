@@ -26,6 +26,19 @@
 
 namespace sqrtdk::test {
 
+// The kind of the Error fn throws; fails the test if it throws nothing or something else.
+template <class Fn>
+ErrorKind kind_thrown(Fn&& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    INFO("message: " << e.what());
+    return e.kind();
+  }
+  FAIL("no sqrtdk::Error thrown");
+  return ErrorKind::internal;
+}
+
 inline std::vector<unsigned char> read_bytes(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
