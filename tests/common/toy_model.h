@@ -2,6 +2,7 @@
 #pragma once
 
 #include <sqrtdk/format.h>
+#include <sqrtdk/model.h>
 
 #include "models/family.h"
 #include "tests/common/temp_dir.h"
@@ -70,6 +71,14 @@ inline void write_toy_model(const std::string& path, const ModelConfig& config, 
     tensors.push_back({spec.name, DType::f32, spec.shape, storage.back().data()});
   }
   write_weight_file(path, config, tensors, tokenizer);
+}
+
+// write_toy_model into a temporary folder, loaded (the folder goes; the loaded model does not need the file).
+inline std::shared_ptr<const Model> load_toy_model(const ModelConfig& config, uint64_t seed) {
+  TempDir dir;
+  const std::string path = dir.file("toy.sqdk");
+  write_toy_model(path, config, seed);
+  return Model::load(path);
 }
 
 }  // namespace sqrtdk::test

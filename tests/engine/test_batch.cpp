@@ -29,13 +29,6 @@ uint32_t argmax(std::span<const float> v) {
   return static_cast<uint32_t>(std::max_element(v.begin(), v.end()) - v.begin());
 }
 
-std::shared_ptr<const Model> toy(const ModelConfig& config, uint64_t seed) {
-  test::TempDir dir;
-  const std::string path = dir.file("toy.sqdk");
-  test::write_toy_model(path, config, seed);
-  return Model::load(path);
-}
-
 // A sequence's script: its prompt, fed in chunks of `chunk`, then greedy decode for n_decode tokens. Returns every
 // logits row it saw (one per step), in order.
 struct Script {
@@ -92,7 +85,7 @@ std::vector<std::vector<float>> run_together(const std::shared_ptr<const Model>&
 TEST_CASE("batch: a sequence's logits are bit-identical alone or beside others, for 1 and 2 threads") {
   for (const ModelConfig& config : {test::toy_llama_config(), test::toy_gpt2_config()}) {
     CAPTURE(arch_name(config.arch));
-    const auto model = toy(config, 11);
+    const auto model = test::load_toy_model(config, 11);
     const uint32_t v = config.n_vocab;
     const Script a{tokens_for(13, v, 1), 5, 8};
     const std::vector<Script> others = {{tokens_for(3, v, 2), 3, 12}, {tokens_for(20, v, 3), 7, 4},
@@ -114,7 +107,7 @@ TEST_CASE("batch: a sequence's logits are bit-identical alone or beside others, 
 
 TEST_CASE("batch: logits agree with a Session's (another K order at M = 1, so to rounding)") {
   const ModelConfig config = test::toy_llama_config();
-  const auto model = toy(config, 12);
+  const auto model = test::load_toy_model(config, 12);
   const auto prompt = tokens_for(17, config.n_vocab, 6);
   Session session(model);
   Batch batch(model);
@@ -146,7 +139,7 @@ TEST_CASE("batch: logits agree with a Session's (another K order at M = 1, so to
 
 TEST_CASE("batch: fork_sequence continues exactly as the sequence it copies") {
   const ModelConfig config = test::toy_llama_config();
-  const auto model = toy(config, 13);
+  const auto model = test::load_toy_model(config, 13);
   const auto prompt = tokens_for(16, config.n_vocab, 7);
   const auto tail = tokens_for(5, config.n_vocab, 8);
   Batch batch(model, {.max_context = 0, .max_rows = 32, .kv_block = 4, .n_threads = 1});
@@ -171,7 +164,7 @@ TEST_CASE("batch: fork_sequence continues exactly as the sequence it copies") {
 
 TEST_CASE("batch: KV memory grows with the sequences, not with max_context") {
   const ModelConfig config = test::toy_llama_config();
-  const auto model = toy(config, 14);
+  const auto model = test::load_toy_model(config, 14);
   Batch batch(model, {.max_context = 48, .max_rows = 16, .kv_block = 4, .n_threads = 1});
   const size_t per_position = 2 * size_t{config.n_layers} * config.n_kv_heads * config.head_dim * sizeof(float);
   CHECK(batch.kv_bytes_for(1) == 4 * per_position);
@@ -195,7 +188,7 @@ TEST_CASE("batch: KV memory grows with the sequences, not with max_context") {
 
 TEST_CASE("batch: bad steps throw before any sequence changes") {
   const ModelConfig config = test::toy_llama_config();  // max_seq 48
-  const auto model = toy(config, 15);
+  const auto model = test::load_toy_model(config, 15);
   Batch batch(model, {.max_context = 0, .max_rows = 8, .kv_block = 4, .n_threads = 1});
   const auto a = batch.add_sequence(), b = batch.add_sequence();
   const auto t = tokens_for(4, config.n_vocab, 10);
@@ -227,7 +220,7 @@ TEST_CASE("batch: bad steps throw before any sequence changes") {
 
 TEST_CASE("batch: huge kv_block and max_rows are handled, never a write through null") {
   const ModelConfig config = test::toy_llama_config();  // max_seq 48
-  const auto model = toy(config, 16);
+  const auto model = test::load_toy_model(config, 16);
   const auto t = tokens_for(5, config.n_vocab, 11);
   // kv_block = SIZE_MAX wrapped capacity_for's rounding to a cache of 0 positions: now capped at max_context, so the
   // step runs and gives the logits a small block gives.
@@ -250,7 +243,7 @@ TEST_CASE("batch: huge kv_block and max_rows are handled, never a write through 
 }
 
 TEST_CASE("batch: a moved-from batch is a clear error, not a crash") {
-  const auto model = toy(test::toy_llama_config(), 3);
+  const auto model = test::load_toy_model(test::toy_llama_config(), 3);
   Batch a(model);
   const Batch::SequenceId id = a.add_sequence();
   Batch b(std::move(a));

@@ -30,10 +30,7 @@ namespace {
 std::shared_ptr<const Model> toy_model() {
   ModelConfig c = test::toy_llama_config();
   c.max_seq = 160;
-  test::TempDir dir;
-  const std::string path = dir.file("toy.sqdk");
-  test::write_toy_model(path, c, 21);
-  return Model::load(path);
+  return test::load_toy_model(c, 21);
 }
 
 std::vector<uint32_t> prompt_of(size_t n, uint32_t seed, uint32_t n_vocab = 67) {

@@ -271,11 +271,8 @@ TEST_CASE("byte tokenizer round-trips bytes, including invalid UTF-8") {
 }
 
 TEST_CASE("session: a moved-from session is a clear error, not a crash; assigning to it revives it") {
-  test::TempDir dir;
   const ModelConfig c = test::toy_llama_config();
-  const std::string path = dir.file("m.sqdk");
-  test::write_toy_model(path, c, 5);
-  auto model = Model::load(path);
+  const auto model = test::load_toy_model(c, 5);
   Session a(model);
   a.prefill(test_tokens(3, c.n_vocab));
   Session b(std::move(a));

@@ -25,16 +25,7 @@ struct TokenizeArgs {
 // Only the file is opened (checksums verified, weights not packed): tokenizing a 1 GB model takes milliseconds.
 std::shared_ptr<const Tokenizer> open_tokenizer(const std::string& path) {
   const auto file = WeightFile::open(path);
-  const ModelConfig& c = file->config();
-  if (const TokenizerSpec* spec = file->tokenizer()) {
-    try {
-      return Tokenizer::create(*spec, path + ": tokenizer section");
-    } catch (const Error& e) {
-      if (e.kind() != ErrorKind::bad_input) throw;
-      throw Error(ErrorKind::bad_file, e.what());  // as Model::load: a section that does not build is the file's
-    }
-  }
-  if (c.tokenizer == TokenizerKind::byte_level) return Tokenizer::bytes(c.n_vocab, c.bos_id, c.eos_id);
+  if (auto tokenizer = Tokenizer::of_file(*file)) return tokenizer;
   throw Error(path + ": this model has no tokenizer (convert it from a folder with tokenizer.json, or from a GGUF "
                      "file, to store one)");
 }

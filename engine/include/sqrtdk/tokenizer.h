@@ -101,12 +101,15 @@ TokenizerSpec tokenizer_spec_from_sentencepiece(const std::string& model_path, c
 bool tokenizer_spec_from_dir(const std::string& dir, TokenizerSpec& out);
 
 class TokenizerImpl;  // engine-internal
+class WeightFile;     // <sqrtdk/format.h>
 
 class Tokenizer {
  public:
-  // Builds from a spec (validated first). Throws sqrtdk::Error "<where>: ..." on a bad spec (kind bad_input; the
-  // loader rethrows a bad tokenizer section as bad_file).
+  // Builds from a spec (validated first). Throws sqrtdk::Error "<where>: ..." on a bad spec (kind bad_input).
   static std::shared_ptr<const Tokenizer> create(TokenizerSpec spec, const std::string& where = "tokenizer");
+  // The tokenizer a .sqdk file carries: its tokenizer section's, else the byte tokenizer its config names; nullptr
+  // when it has neither. A section that does not build (e.g. a regex PCRE2 refuses) is the file's fault: bad_file.
+  static std::shared_ptr<const Tokenizer> of_file(const WeightFile& file);
   // The bundled model's byte tokenizer: ids 0..255 are bytes, bos/eos as given (kNoToken: none), add_bos = true.
   static std::shared_ptr<const Tokenizer> bytes(uint32_t n_vocab, uint32_t bos_id, uint32_t eos_id);
   ~Tokenizer();

@@ -175,17 +175,7 @@ std::shared_ptr<const Model> Model::load(const std::string& path, const ModelOpt
   const ModelConfig& c = m.weights.config;
   m.family = &family_of(c);
   m.n_params = c.n_params();
-  if (const TokenizerSpec* spec = m.file->tokenizer()) {
-    try {
-      m.tokenizer = Tokenizer::create(*spec, path + ": tokenizer section");
-    } catch (const Error& e) {
-      // A spec the file holds that does not build (e.g. a regex that does not compile) is the file's fault.
-      if (e.kind() != ErrorKind::bad_input) throw;
-      throw Error(ErrorKind::bad_file, e.what());
-    }
-  } else if (c.tokenizer == TokenizerKind::byte_level) {
-    m.tokenizer = Tokenizer::bytes(c.n_vocab, c.bos_id, c.eos_id);
-  }
+  m.tokenizer = Tokenizer::of_file(*m.file);
   // The GEMM's block sizes (from the caches, or SQRTDK_GEMM_BLOCKING) before any tensor is packed: a bad
   // SQRTDK_GEMM_BLOCKING is the environment's error, not the first tensor's.
   (void)ops::gemm_blocking(m.weights.isa);

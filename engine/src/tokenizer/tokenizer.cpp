@@ -1,6 +1,7 @@
 // sqrtdk::Tokenizer: the public face of every tokenizer kind, the byte tokenizer of the bundled model, UTF-8
 // repair and streaming decode. The BPE kinds live in bpe_tokenizer.cpp.
 #include <sqrtdk/error.h>
+#include <sqrtdk/format.h>
 #include <sqrtdk/tokenizer.h>
 
 #include "engine/src/tokenizer/tokenizer_impl.h"
@@ -135,6 +136,20 @@ Tokenizer::~Tokenizer() = default;
 std::shared_ptr<const Tokenizer> Tokenizer::create(TokenizerSpec spec, const std::string& where) {
   spec.validate(where);
   return std::shared_ptr<const Tokenizer>(new Tokenizer(make_bpe_tokenizer(std::move(spec), where)));
+}
+
+std::shared_ptr<const Tokenizer> Tokenizer::of_file(const WeightFile& file) {
+  if (const TokenizerSpec* spec = file.tokenizer()) {
+    try {
+      return create(*spec, file.path() + ": tokenizer section");
+    } catch (const Error& e) {
+      if (e.kind() != ErrorKind::bad_input) throw;  // e.g. out_of_memory stays what it is
+      throw Error(ErrorKind::bad_file, e.what());
+    }
+  }
+  const ModelConfig& c = file.config();
+  if (c.tokenizer == TokenizerKind::byte_level) return bytes(c.n_vocab, c.bos_id, c.eos_id);
+  return nullptr;
 }
 
 std::shared_ptr<const Tokenizer> Tokenizer::bytes(uint32_t n_vocab, uint32_t bos_id, uint32_t eos_id) {
